@@ -1,0 +1,123 @@
+"""GPU model data: product names, PCI ids, architecture, bandwidth, driver minimums, MIG and vGPU tables.
+
+The facts live in ``gpu_provision/data/gpus/<MODEL>.json``, one file per model, each naming its sources; this module
+only reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gpus"
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a model (a row of ``nvidia-smi mig -lgip`` / ``-lgipp``)."""
+
+    name: str
+    id: int
+    memory_slices: int
+    compute_slices: int
+    max_instances: int
+    starts: tuple[int, ...]
+
+    @property
+    def media_extensions(self) -> bool:
+        """Whether this is a ``+me`` profile (at most one per GPU)."""
+        return self.name.endswith("+me")
+
+
+@dataclass(frozen=True)
+class MigTable:
+    """A model's MIG geometry and profiles."""
+
+    memory_slices: int
+    compute_slices: int
+    min_driver: str
+    profiles: tuple[MigProfile, ...]
+    placements_source: str
+
+    def profile(self, name: str) -> MigProfile | None:
+        """The profile called ``name`` (``"3g.71gb"``, ``"MIG 3g.71gb"`` or its numeric id), or None."""
+        name = name.removeprefix("MIG ").strip()
+        for p in self.profiles:
+            if p.name == name or str(p.id) == name:
+                return p
+        return None
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Everything known about one GPU model."""
+
+    key: str
+    product_names: tuple[str, ...]
+    pci_device_ids: tuple[str, ...]
+    architecture: str
+    memory_gib: int
+    memory_bandwidth_gbs: int
+    min_driver: str
+    open_modules_required: bool
+    mig: MigTable | None
+    vgpu_types: tuple[str, ...]
+
+    @property
+    def open_modules_supported(self) -> bool:
+        """Open kernel modules support Turing and newer."""
+        return self.architecture in ("turing", "ampere", "ada", "hopper", "blackwell")
+
+
+def _load(path: Path) -> GpuModel:
+    doc = json.loads(path.read_text())
+    mig = None
+    if "mig" in doc:
+        m = doc["mig"]
+        mig = MigTable(
+            memory_slices=m["memory_slices"],
+            compute_slices=m["compute_slices"],
+            min_driver=m["min_driver"],
+            placements_source=m["placements_source"],
+            profiles=tuple(
+                MigProfile(p["name"], p["id"], p["memory_slices"], p["compute_slices"], p["max_instances"],
+                           tuple(p["starts"]))
+                for p in m["profiles"]
+            ),
+        )
+    return GpuModel(
+        key=doc["model"],
+        product_names=tuple(doc["product_names"]),
+        pci_device_ids=tuple(doc["pci_device_ids"]),
+        architecture=doc["architecture"],
+        memory_gib=doc["memory_gib"],
+        memory_bandwidth_gbs=doc["memory_bandwidth_gbs"],
+        min_driver=doc["min_driver"],
+        open_modules_required=doc.get("open_modules_required", False),
+        mig=mig,
+        vgpu_types=tuple(doc.get("vgpu", {}).get("types", ())),
+    )
+
+
+@cache
+def models() -> dict[str, GpuModel]:
+    """Every known model by key (``"H200"``, ``"A100-80GB"``, ...)."""
+    return {m.key: m for m in (_load(p) for p in sorted(DATA_DIR.glob("*.json")))}
+
+
+def model(key: str) -> GpuModel | None:
+    """The model with key ``key`` or with ``key`` among its product names (``"NVIDIA H200"``), else None."""
+    known = models()
+    if key in known:
+        return known[key]
+    for m in known.values():
+        if key in m.product_names:
+            return m
+    return None
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"550.90.07"`` -> ``(550, 90, 7)``; non-numeric parts count as 0."""
+    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))

@@ -1,0 +1,35 @@
+"""Upstream download locations used when the cluster file names no mirror.
+
+URLs may hold placeholders filled per node from its facts: ``{distro}`` (``ubuntu2404``, ``debian12``, ``rhel9``),
+``{os}`` (``ubuntu``, ``debian``, ``rhel``), ``{codename}`` (``noble``, ``bookworm``), ``{arch}`` (``x86_64`` or
+``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``) and ``{k8s_minor}`` (``1.31``).
+"""
+
+from __future__ import annotations
+
+UPSTREAM = {
+    "cuda": {
+        "url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/",
+        "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/3bf863cc.pub",
+        "suite": "/",
+    },
+    "container_toolkit": {
+        "url": "https://nvidia.github.io/libnvidia-container/stable/{pkgformat}/{arch}/",
+        "key_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
+        "suite": "/",
+    },
+    "docker": {
+        "url": "https://download.docker.com/linux/{os}",
+        "key_url": "https://download.docker.com/linux/{os}/gpg",
+        "suite": "{codename}",
+        "components": ["stable"],
+    },
+    "kubernetes": {
+        "url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/",
+        "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/Release.key",
+        "suite": "/",
+    },
+}
+
+#: Kubernetes minor versions this project installs (pkgs.k8s.io serves v1.24 and later).
+KUBERNETES_MINORS = ("1.29", "1.30", "1.31", "1.32", "1.33")

@@ -1,0 +1,272 @@
+"""Load a cluster file into the typed model, or fail with every problem it has.
+
+Order: YAML (with positions, hostile-input limits) -> JSON Schema -> inheritance -> checks of meaning
+(:mod:`gpu_provision.spec.semantics`) -> :class:`~gpu_provision.spec.model.Cluster`. Nothing here touches a node.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path as FsPath
+from typing import Any
+
+from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
+from gpu_provision.spec import catalog, migparted
+from gpu_provision.spec.defaults import UPSTREAM
+from gpu_provision.spec.model import (
+    Cluster,
+    ContainerRuntime,
+    DevicePlugin,
+    Driver,
+    GpuExpectation,
+    Kubernetes,
+    Mig,
+    MigLayout,
+    Mirrors,
+    Monitoring,
+    Node,
+    Permissions,
+    Repository,
+    Sharing,
+    SshSettings,
+    Team,
+    Toolkit,
+    Verify,
+)
+from gpu_provision.spec.resolve import origin, resolve_node
+from gpu_provision.spec.schema import validate
+from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml
+
+DEFAULT_CLUSTER_FILE = "inventory/cluster.yaml"
+CLUSTER_ENV = "GPU_PROVISION_CLUSTER"
+
+
+@dataclass
+class Context:
+    """What a check needs to locate a problem: the document, its positions and each node's provenance."""
+
+    document: dict[str, Any]
+    positions: Positions
+    filename: str
+    base_dir: FsPath
+    provenance: dict[int, dict[Path, Path]] = field(default_factory=dict)
+    problems: list[SpecProblem] = field(default_factory=list)
+    mig_parted: dict[str, Any] | None = None
+
+    def add(self, path: Path, message: str, *, key: bool = False) -> None:
+        """Record a problem at an absolute document path."""
+        line, col = self.positions.of(path, key=key)
+        self.problems.append(SpecProblem(self.filename, line, col, format_path(path), message))
+
+    def add_node(self, index: int, rel: Path, message: str) -> None:
+        """Record a problem at a node-relative path, located where the value was written."""
+        self.add(origin(self.provenance.get(index, {}), index, rel), message)
+
+
+def cluster_file_from_env(default: str = DEFAULT_CLUSTER_FILE) -> str:
+    """The cluster file named by ``GPU_PROVISION_CLUSTER``, else ``inventory/cluster.yaml``."""
+    return os.environ.get(CLUSTER_ENV) or default
+
+
+def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
+    data = {**UPSTREAM[name], **(raw or {})}
+    return Repository(url=data["url"], key_url=data["key_url"], suite=data.get("suite", "/"),
+                      components=tuple(data.get("components", ())))
+
+
+def _mode(value: Any) -> str:
+    # YAML 1.1 reads an unquoted 0660 as the octal integer 432; only values that fit in 0o777 can be that.
+    if isinstance(value, int):
+        return f"{value:04o}"
+    return value if value.startswith("0") else "0" + value
+
+
+def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuModel | None, count: int) -> Mig:
+    mig = raw.get("mig") or {}
+    layouts: dict[int, MigLayout] = {}
+
+    def one(settings: dict[str, Any], rel: Path) -> dict[int, MigLayout] | MigLayout | None:
+        if "config" in settings:
+            if ctx.mig_parted is None:
+                ctx.add_node(index, (*rel, "config"), "mig.config names a mig-parted config, but cluster.mig_parted_file "
+                                                      "is not set")
+                return None
+            configs = ctx.mig_parted.get("mig-configs", {})
+            if settings["config"] not in configs:
+                ctx.add_node(index, (*rel, "config"), f"'{settings['config']}' is not a config of the mig-parted file "
+                                                      f"(allowed: {', '.join(configs)})")
+                return None
+            if model is None:
+                return None
+            return migparted.layouts_for(ctx.mig_parted, settings["config"], model, count)
+        if "layout" in settings:
+            return MigLayout(profiles=dict(settings["layout"]), enabled=settings.get("enabled", True))
+        if "enabled" in settings:
+            return MigLayout(profiles={}, enabled=settings["enabled"])
+        return None
+
+    if "layout" in mig and "config" in mig:
+        ctx.add_node(index, ("mig", "config"), "give either mig.layout or mig.config, not both")
+    node_wide = one(mig, ("mig",))
+    if isinstance(node_wide, dict):
+        layouts.update(node_wide)
+    elif node_wide is not None:
+        layouts.update({i: node_wide for i in range(count)})
+    for key, settings in (mig.get("gpus") or {}).items():
+        gpu = int(key)
+        if "layout" in settings and "config" in settings:
+            ctx.add_node(index, ("mig", "gpus", key, "config"), "give either layout or config, not both")
+        if gpu >= count:
+            ctx.add_node(index, ("mig", "gpus", key), f"GPU index {gpu} does not exist: the node has {count} GPU(s) "
+                                                      f"(allowed: 0..{max(count - 1, 0)})")
+            continue
+        per_gpu = one(settings, ("mig", "gpus", key))
+        if isinstance(per_gpu, dict):
+            if gpu in per_gpu:
+                layouts[gpu] = per_gpu[gpu]
+        elif per_gpu is not None:
+            layouts[gpu] = per_gpu
+    return Mig(layouts=layouts, allow_drain=bool(mig.get("allow_drain", False)))
+
+
+def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings) -> Node:
+    gpus = raw.get("gpus") or {}
+    model = catalog.model(gpus["model"]) if gpus.get("model") else None
+    count = int(gpus.get("count", 0))
+    driver = raw.get("driver") or {}
+    ssh = raw.get("ssh") or {}
+    perms = raw.get("permissions") or {}
+    vgpu = raw.get("vgpu") or {}
+    vgpu_types: dict[int, str] = {}
+    if "type" in vgpu:
+        vgpu_types.update({i: vgpu["type"] for i in range(count)})
+    vgpu_types.update({int(k): v for k, v in (vgpu.get("gpus") or {}).items()})
+    sharing = raw.get("sharing") or {}
+    line = ctx.positions.of(("nodes", index))[0]
+    return Node(
+        name=raw["name"],
+        address=raw["address"],
+        role=raw.get("role", "worker"),
+        group=raw.get("group"),
+        labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
+        taints=tuple(raw.get("taints") or ()),
+        ssh=replace(cluster_ssh, **{k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()}),
+        driver=Driver(
+            branch=str(driver["branch"]) if "branch" in driver else ("580" if "version" not in driver else None),
+            version=driver.get("version"),
+            kernel_modules=driver.get("kernel_modules", "auto"),
+            install_method=driver.get("install_method", "package"),
+            reboot=driver.get("reboot", "never"),
+            cuda_min=str(driver["cuda_min"]) if "cuda_min" in driver else None,
+            fabric_manager=driver.get("fabric_manager"),
+            persistenced=driver.get("persistenced", True),
+        ),
+        container_runtime=ContainerRuntime(**(raw.get("container_runtime") or {})),
+        toolkit=Toolkit(**(raw.get("toolkit") or {})),
+        permissions=Permissions(group=perms.get("group"), mode=_mode(perms.get("mode", "0666")),
+                                users=tuple(perms.get("users") or ())),
+        gpus=GpuExpectation(model=model.key if model else gpus.get("model"), count=count),
+        mig=_layouts(ctx, index, raw, model, count),
+        vgpu=vgpu_types,
+        sharing=Sharing(strategy=sharing.get("strategy", "none"), replicas=sharing.get("replicas", 1),
+                        rename_by_default=sharing.get("rename_by_default", False)),
+        device_plugin=DevicePlugin(**(raw.get("device_plugin") or {})),
+        verify=Verify(**(raw.get("verify") or {})),
+        line=line,
+    )
+
+
+def _path(ctx: Context, value: str | None) -> str | None:
+    if value is None:
+        return None
+    expanded = FsPath(os.path.expanduser(value))
+    return str(expanded if expanded.is_absolute() else (ctx.base_dir / expanded))
+
+
+def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
+    teams = tuple(
+        Team(name=t["name"], namespace=t.get("namespace", t["name"]), gpus=t.get("gpus", 0), mig=dict(t.get("mig") or {}),
+             users=tuple(t.get("users") or ()), groups=tuple(t.get("groups") or ()))
+        for t in raw.get("teams") or ()
+    )
+    settings = {k: v for k, v in raw.items() if k not in ("teams", "monitoring")}
+    return Kubernetes(**settings, teams=teams, monitoring=Monitoring(**(raw.get("monitoring") or {})))
+
+
+def _load_mig_parted(ctx: Context) -> None:
+    name = ctx.document["cluster"].get("mig_parted_file")
+    if not name:
+        return
+    where = ("cluster", "mig_parted_file")
+    path = ctx.base_dir / name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        ctx.add(where, f"cannot read mig-parted file {path}: {exc.strerror}")
+        return
+    try:
+        doc, _ = load_yaml(data, str(path))
+    except SpecError as exc:
+        ctx.problems.extend(exc.problems)
+        return
+    problems = migparted.check_document(doc)
+    for sub, message in problems:
+        ctx.add(where, f"{path}: {format_path(sub)}: {message}")
+    if not problems:
+        ctx.mig_parted = doc
+
+
+def load_cluster(path: str | os.PathLike[str]) -> Cluster:
+    """Load, validate and resolve the cluster file at ``path``.
+
+    Raises :class:`SpecError` listing every problem (most specific first) or :class:`GpuProvisionError` when the
+    file cannot be read.
+    """
+    filename = str(path)
+    try:
+        data = FsPath(path).read_bytes()
+    except OSError as exc:
+        raise GpuProvisionError(f"{filename}: cannot read cluster file: {exc.strerror}") from None
+    document, positions = load_yaml(data, filename)
+    problems = validate(document, positions, filename)
+    if problems:
+        raise SpecError(problems)
+    ctx = Context(document=document, positions=positions, filename=filename, base_dir=FsPath(filename).resolve().parent)
+    _load_mig_parted(ctx)
+
+    cluster_raw = document["cluster"]
+    ssh_raw = dict(cluster_raw.get("ssh") or {})
+    for key in ("key", "known_hosts"):
+        if key in ssh_raw:
+            ssh_raw[key] = _path(ctx, ssh_raw[key])
+    cluster_ssh = SshSettings(**ssh_raw)
+    nodes = []
+    for index in range(len(document["nodes"])):
+        raw, provenance = resolve_node(document, index)
+        ctx.provenance[index] = provenance
+        nodes.append(_node(ctx, index, raw, cluster_ssh))
+    mirrors_raw = cluster_raw.get("mirrors") or {}
+    cluster = Cluster(
+        name=cluster_raw["name"],
+        source=filename,
+        kubernetes=_kubernetes(cluster_raw.get("kubernetes") or {}),
+        mirrors=Mirrors(
+            cuda=_repository(mirrors_raw.get("cuda"), "cuda"),
+            container_toolkit=_repository(mirrors_raw.get("container_toolkit"), "container_toolkit"),
+            docker=_repository(mirrors_raw.get("docker"), "docker"),
+            kubernetes=_repository(mirrors_raw.get("kubernetes"), "kubernetes"),
+            registry=mirrors_raw.get("registry"),
+            package_proxy=mirrors_raw.get("package_proxy"),
+        ),
+        ssh=cluster_ssh,
+        nodes=tuple(nodes),
+        mig_parted_file=cluster_raw.get("mig_parted_file"),
+    )
+    from gpu_provision.spec.semantics import check
+
+    cluster = check(cluster, ctx)
+    if ctx.problems:
+        ctx.problems.sort(key=lambda p: (-p.path.count(".") - p.path.count("["), p.line, p.column))
+        raise SpecError(ctx.problems)
+    return cluster

@@ -1,0 +1,223 @@
+"""Checks of meaning that a JSON Schema cannot express.
+
+Each check reads the resolved model and records problems in the loader's context, located at the line where the
+offending value was written (a node's own entry, its group, or the defaults). The MIG check also plans concrete
+placements, which the returned cluster carries.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from dataclasses import replace
+
+from gpu_provision.errors import MigLayoutError
+from gpu_provision.spec import catalog, mig
+from gpu_provision.spec.catalog import version_tuple
+from gpu_provision.spec.defaults import KUBERNETES_MINORS
+from gpu_provision.spec.loader import Context
+from gpu_provision.spec.model import Cluster, Mig, MigLayout, Node
+
+
+def check(cluster: Cluster, ctx: Context) -> Cluster:
+    """Run every check; return the cluster with MIG placements and derived defaults filled in."""
+    _unique_nodes(cluster, ctx)
+    _groups_exist(ctx)
+    nodes = []
+    for index, node in enumerate(cluster.nodes):
+        model = _gpu_model(ctx, index, node)
+        _driver(ctx, index, node, model)
+        node = _mig(ctx, index, node, model)
+        _sharing(ctx, index, node)
+        _vgpu(ctx, index, node, model)
+        _permissions(ctx, index, node)
+        nodes.append(node)
+    cluster = replace(cluster, nodes=tuple(nodes))
+    _kubernetes(cluster, ctx)
+    return cluster
+
+
+def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
+    for attr in ("name", "address"):
+        counts = Counter(getattr(n, attr) for n in cluster.nodes)
+        first: dict[str, int] = {}
+        for index, node in enumerate(cluster.nodes):
+            value = getattr(node, attr)
+            if counts[value] > 1:
+                if value in first:
+                    ctx.add(("nodes", index, attr), f"duplicate node {attr} '{value}' (also node {first[value]}, "
+                                                    f"line {cluster.nodes[first[value]].line})")
+                else:
+                    first[value] = index
+
+
+def _groups_exist(ctx: Context) -> None:
+    groups = ctx.document.get("groups") or {}
+    for index, node in enumerate(ctx.document["nodes"]):
+        group = node.get("group")
+        if group is not None and group not in groups:
+            ctx.add(("nodes", index, "group"), f"unknown group '{group}' (allowed: {', '.join(groups) or 'none defined'})")
+
+
+def _gpu_model(ctx: Context, index: int, node: Node) -> catalog.GpuModel | None:
+    if not node.gpus.model:
+        if node.gpus.count:
+            ctx.add_node(index, ("gpus", "count"), "gpus.count is given without gpus.model")
+        return None
+    model = catalog.model(node.gpus.model)
+    if model is None:
+        ctx.add_node(index, ("gpus", "model"), f"unknown GPU model '{node.gpus.model}' "
+                                               f"(allowed: {', '.join(catalog.models())})")
+    elif node.gpus.count == 0:
+        ctx.add_node(index, ("gpus", "count"), "gpus.count is required when gpus.model is given (allowed: 1..16)")
+    return model
+
+
+def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
+    if model is None or node.driver.install_method == "preinstalled":
+        return
+    driver = node.driver
+    needed = model.mig.min_driver if model.mig and node.mig.enabled else model.min_driver
+    what = "MIG on" if model.mig and node.mig.enabled else model.key
+    if driver.version:
+        if version_tuple(driver.version) < version_tuple(needed):
+            ctx.add_node(index, ("driver", "version"), f"driver {driver.version} does not support {what} "
+                                                        f"(allowed: {needed} or newer)")
+    elif int(driver.pinned_branch) < version_tuple(needed)[0]:
+        ctx.add_node(index, ("driver", "branch"), f"driver branch {driver.pinned_branch} does not support {what} "
+                                                   f"(allowed: branch {version_tuple(needed)[0]} or newer)")
+    if driver.kernel_modules == "proprietary" and model.open_modules_required:
+        ctx.add_node(index, ("driver", "kernel_modules"), f"{model.key} needs the open kernel modules "
+                                                           "(allowed: open, auto)")
+    if driver.kernel_modules == "open" and not model.open_modules_supported:
+        ctx.add_node(index, ("driver", "kernel_modules"), f"{model.key} ({model.architecture}) predates the open "
+                                                           "kernel modules (allowed: proprietary, auto)")
+
+
+def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> Node:
+    if not node.mig.layouts:
+        if node.device_plugin.mig_strategy != "none":
+            ctx.add_node(index, ("device_plugin", "mig_strategy"),
+                         f"mig_strategy {node.device_plugin.mig_strategy} needs a MIG layout (allowed: none)")
+        return node
+    if model is None:
+        if node.gpus.model is None:
+            ctx.add_node(index, ("mig",), "a MIG layout needs gpus.model and gpus.count")
+        return node
+    if model.mig is None:
+        if node.mig.enabled:
+            capable = ", ".join(k for k, m in catalog.models().items() if m.mig)
+            ctx.add_node(index, ("mig",), f"{model.key} does not support MIG (MIG-capable: {capable})")
+        return node
+    layouts: dict[int, MigLayout] = {}
+    for gpu, layout in sorted(node.mig.layouts.items()):
+        rel = ("mig", "gpus", str(gpu), "layout") if _per_gpu(ctx, index, gpu) else ("mig", "layout")
+        if layout.config_name:
+            rel = ("mig", "gpus", str(gpu), "config") if _per_gpu(ctx, index, gpu) else ("mig", "config")
+        if not layout.enabled:
+            if layout.profiles:
+                ctx.add_node(index, rel, "MIG devices given while MIG is disabled")
+            layouts[gpu] = layout
+            continue
+        try:
+            placements = mig.plan(model.mig, layout.profiles)
+        except MigLayoutError as exc:
+            ctx.add_node(index, rel, f"GPU {gpu} ({model.key}): {exc}")
+            layouts[gpu] = layout
+            continue
+        layouts[gpu] = replace(layout, placements=placements)
+    node = replace(node, mig=Mig(layouts=layouts, allow_drain=node.mig.allow_drain))
+    if not node.mig.enabled:
+        return node
+    strategy = node.device_plugin.mig_strategy
+    shapes = {tuple(sorted(lay.profiles.items())) for lay in layouts.values() if lay.enabled}
+    single_ok = len(shapes) == 1 and len(next(iter(shapes))) == 1 and all(lay.enabled for lay in layouts.values())
+    if strategy == "none" and _explicit(ctx, index, ("device_plugin", "mig_strategy")):
+        ctx.add_node(index, ("device_plugin", "mig_strategy"),
+                     "mig_strategy none advertises no MIG devices on a node with MIG on (allowed: single, mixed)")
+    elif strategy == "single" and not single_ok:
+        ctx.add_node(index, ("device_plugin", "mig_strategy"),
+                     "mig_strategy single needs every GPU to have the same layout of one profile (allowed: mixed)")
+    elif strategy == "none":
+        derived = "single" if single_ok else "mixed"
+        node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=derived))
+    if node.sharing.strategy == "mps":
+        ctx.add_node(index, ("sharing", "strategy"), "MPS sharing cannot be combined with MIG "
+                                                     "(allowed with MIG: none, time-slicing)")
+    return node
+
+
+def _per_gpu(ctx: Context, index: int, gpu: int) -> bool:
+    return ("mig", "gpus", str(gpu)) in ctx.provenance.get(index, {})
+
+
+def _explicit(ctx: Context, index: int, rel: tuple[str, ...]) -> bool:
+    return rel in ctx.provenance.get(index, {})
+
+
+def _sharing(ctx: Context, index: int, node: Node) -> None:
+    if node.sharing.strategy != "none" and node.sharing.replicas < 2:
+        ctx.add_node(index, ("sharing", "replicas"), f"{node.sharing.strategy} needs replicas of at least 2 "
+                                                     f"(allowed: 2..64)")
+    if node.sharing.strategy != "none" and not node.has_gpus:
+        ctx.add_node(index, ("sharing", "strategy"), "GPU sharing on a node without GPUs (set gpus.model and gpus.count)")
+
+
+def _vgpu(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
+    if not node.vgpu or model is None:
+        return
+    for gpu, vgpu_type in sorted(node.vgpu.items()):
+        rel = ("vgpu", "gpus", str(gpu)) if ("vgpu", "gpus", str(gpu)) in ctx.provenance.get(index, {}) else ("vgpu", "type")
+        if gpu >= node.gpus.count:
+            ctx.add_node(index, rel, f"GPU index {gpu} does not exist: the node has {node.gpus.count} GPU(s)")
+        elif not model.vgpu_types:
+            ctx.add_node(index, rel, f"no vGPU types are known for {model.key}")
+        elif vgpu_type not in model.vgpu_types:
+            ctx.add_node(index, rel, f"'{vgpu_type}' is not a vGPU type of {model.key} "
+                                     f"(allowed: {', '.join(model.vgpu_types)})")
+
+
+def _permissions(ctx: Context, index: int, node: Node) -> None:
+    mode = node.permissions.mode
+    if int(mode, 8) > 0o777:
+        ctx.add_node(index, ("permissions", "mode"), f"mode {mode} is not a file mode (quote octal modes: '0660')")
+        return
+    if node.permissions.group is None and not int(mode, 8) & 0o006 and (int(mode, 8) & 0o060):
+        ctx.add_node(index, ("permissions", "mode"), f"mode {mode} grants a group but permissions.group is not set")
+    if node.permissions.users and node.permissions.group is None:
+        ctx.add_node(index, ("permissions", "users"), "users are given but permissions.group is not set")
+
+
+def _kubernetes(cluster: Cluster, ctx: Context) -> None:
+    k8s = cluster.kubernetes
+    if not k8s.enabled:
+        return
+    if not cluster.control_planes:
+        ctx.add(("nodes",), "Kubernetes is enabled but no node has role control-plane "
+                            "(allowed: set role: control-plane on one node, or cluster.kubernetes.enabled: false)")
+    if k8s.minor not in KUBERNETES_MINORS:
+        ctx.add(("cluster", "kubernetes", "version"), f"Kubernetes {k8s.version} is not supported "
+                                                      f"(allowed: {', '.join(v + '.x' for v in KUBERNETES_MINORS)})")
+    pods, services = ipaddress.ip_network(k8s.pod_cidr, strict=False), ipaddress.ip_network(k8s.service_cidr, strict=False)
+    if pods.overlaps(services):
+        ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} overlaps the pod CIDR {pods}")
+    for index, node in enumerate(cluster.nodes):
+        version = node.container_runtime.version
+        # Kubernetes 1.26 removed CRI v1alpha2; containerd 1.6 is the oldest release serving CRI v1.
+        if version and version_tuple(version) < (1, 6):
+            ctx.add_node(index, ("container_runtime", "version"),
+                         f"containerd {version} cannot serve Kubernetes {k8s.version} (allowed: 1.6 or newer)")
+        # containerd 2.x is supported from Kubernetes 1.30 (kubelet drops its v1alpha2 fallback there).
+        if node.container_runtime.kind == "containerd" and version and version_tuple(version) >= (2,) \
+                and version_tuple(k8s.version) < (1, 30):
+            ctx.add_node(index, ("container_runtime", "version"),
+                         f"containerd {version} needs Kubernetes 1.30 or newer (have {k8s.version})")
+    names = Counter(t.name for t in k8s.teams)
+    profiles = {p.name for m in catalog.models().values() if m.mig for p in m.mig.profiles}
+    for t_index, team in enumerate(k8s.teams):
+        if names[team.name] > 1:
+            ctx.add(("cluster", "kubernetes", "teams", t_index, "name"), f"duplicate team name '{team.name}'")
+        for profile in team.mig:
+            if profile not in profiles:
+                ctx.add(("cluster", "kubernetes", "teams", t_index, "mig", profile),
+                        f"'{profile}' is not a MIG profile of any known GPU")
