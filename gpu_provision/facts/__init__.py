@@ -1,0 +1,1 @@
+"""pyinfra facts of this project."""

@@ -1,0 +1,1 @@
+"""pyinfra operations of this project."""

@@ -1,0 +1,78 @@
+"""NVIDIA GPUs as the driver and the PCI bus see them: nvidia-smi, /proc driver version, sysfs devices, /dev files."""
+
+import glob
+import os
+import subprocess
+
+QUERY = ("index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.current,mig.mode.pending,"
+         "persistence_mode,pci.device_id")
+
+
+def _pci():
+    out = []
+    for path in sorted(glob.glob("/sys/bus/pci/devices/*")):
+        try:
+            with open(os.path.join(path, "vendor")) as f:
+                vendor = f.read().strip()
+            if vendor != "0x10de":
+                continue
+            with open(os.path.join(path, "device")) as f:
+                device = f.read().strip()
+            with open(os.path.join(path, "class")) as f:
+                klass = f.read().strip()
+        except OSError:
+            continue
+        # Display (0x03xxxx) devices are GPUs; NVSwitches and audio functions are counted apart.
+        out.append({"address": os.path.basename(path), "device": device, "class": klass,
+                    "gpu": klass.startswith("0x03")})
+    return out
+
+
+def _smi(args):
+    try:
+        proc = subprocess.run(["nvidia-smi"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    return proc.returncode, proc.stdout
+
+
+def _devices():
+    out = {}
+    for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if os.path.isdir(path):
+            continue
+        out[path] = {"mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid}
+    return out
+
+
+def collect(request):
+    """Read GPUs; ``request`` is unused (the section always reads everything, it is cheap)."""
+    rc, text = _smi(["--query-gpu=" + QUERY, "--format=csv,noheader,nounits"])
+    gpus = []
+    if rc == 0:
+        keys = QUERY.split(",")
+        for line in text.strip().splitlines():
+            values = [v.strip() for v in line.split(",")]
+            if len(values) == len(keys):
+                gpus.append(dict(zip(keys, values)))
+    version_line = None
+    for path in ("/proc/driver/nvidia/version",):
+        try:
+            with open(path) as f:
+                version_line = f.readline().strip()
+            break
+        except OSError:
+            continue
+    return {
+        "smi_rc": rc,
+        "smi_error": None if rc == 0 else (text or "").strip()[-500:],
+        "gpus": gpus,
+        "driver_version_line": version_line,
+        "pci": _pci(),
+        "devices": _devices(),
+    }

@@ -1,0 +1,43 @@
+"""Installed versions and holds of named packages (dpkg or rpm)."""
+
+import os
+import subprocess
+
+
+def _run(argv):
+    try:
+        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
+                              check=False).stdout
+    except OSError:
+        return ""
+
+
+def collect(request):
+    """``request``: ``{"names": [...]}``; returns manager, per-package version (None if absent) and held flag."""
+    names = sorted(set((request or {}).get("names", [])))
+    out = {"manager": None, "packages": {}}
+    if os.path.exists("/usr/bin/dpkg-query"):
+        out["manager"] = "apt"
+        text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"] + names) if names else ""
+        found = {}
+        for line in text.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[2].startswith("ii") or len(parts) == 3 and parts[2][:1] == "h":
+                found[parts[0]] = parts[1]
+        held = set(_run(["apt-mark", "showhold"]).split())
+        for name in names:
+            out["packages"][name] = {"version": found.get(name), "held": name in held}
+    elif os.path.exists("/usr/bin/rpm"):
+        out["manager"] = "dnf"
+        locks = ""
+        for path in ("/etc/dnf/plugins/versionlock.list",):
+            try:
+                with open(path) as f:
+                    locks += f.read()
+            except OSError:
+                pass
+        for name in names:
+            text = _run(["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}\n", name]).strip()
+            version = text if text and "not installed" not in text else None
+            out["packages"][name] = {"version": version, "held": (name + "-") in locks}
+    return out

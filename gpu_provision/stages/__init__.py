@@ -1,0 +1,1 @@
+"""``@deploy`` stages, called in order by ``deploys/gpu_node.py``."""
