@@ -1,0 +1,9 @@
+"""Node-side verification agent: standard library only (Python 3.9 to 3.12), plus the vendored ``pynvml``.
+
+The controller ships this package to each node as one zip application and runs it with an expectations file;
+it prints one JSON report (schema ``verify-report.v1``). Modules: ``nvsmi`` parses nvidia-smi, ``readings``
+reads the node, ``cuda`` drives libcuda.so.1 through ctypes, ``nvml`` wraps pynvml, ``runtime`` runs containers
+and Kubernetes probes, ``checks`` decides, ``report`` records, ``main`` orchestrates.
+"""
+
+AGENT_VERSION = "0.1.0"

@@ -1,0 +1,1 @@
+"""Third-party modules shipped unchanged with the verification agent (see README.md)."""

@@ -1,0 +1,184 @@
+"""What the verification agent expects on one node, written by the controller as JSON.
+
+The agent reads the JSON as plain dicts, so the GPU model's facts (product names, PCI ids, bandwidth, MIG memory
+slices) are copied in here from ``gpu_provision/data/gpus/<MODEL>.json`` and the node needs no data files.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+from gpu_provision.errors import GpuProvisionError
+
+EXPECT_SCHEMA = "verify-expect.v1"
+DEFAULT_BANDWIDTH_RATIO = 0.85
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One GPU instance of a MIG layout: profile name (``3g.71gb``), placement start and size in memory slices."""
+
+    profile: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """The model facts the agent compares readings against."""
+
+    model: str
+    count: int
+    product_names: list[str]
+    pci_device_ids: list[str]
+    memory_bandwidth_gbs: float | None
+    mig_memory_slices: int | None
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    """How a GPU container is started on the node: ``kind`` docker|containerd|none, runtime name, CDI, image."""
+
+    kind: str = "none"
+    runtime: str = "nvidia"
+    cdi: bool = False
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class Kubernetes:
+    """Kubernetes side of the node: its Node name, the allocatable GPU resources expected, the probe pod's image."""
+
+    enabled: bool = False
+    node_name: str | None = None
+    allocatable: dict[str, int] = field(default_factory=dict)
+    pod_image: str | None = None
+    kubeconfig: str | None = None
+    namespace: str = "default"
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """Everything the agent checks one node against; ``to_json()`` is the file shipped to the node."""
+
+    node: str
+    gpu: GpuModel
+    driver_version: str | None = None
+    cuda_min: str | None = None
+    bandwidth_ratio: float = DEFAULT_BANDWIDTH_RATIO
+    persistence: bool = True
+    ecc: bool = True
+    mig: dict[int, list[MigInstance]] = field(default_factory=dict)
+    device_permissions: dict[str, str] | None = None
+    container: ContainerRuntime = field(default_factory=ContainerRuntime)
+    kubernetes: Kubernetes = field(default_factory=Kubernetes)
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the plain-dict form the agent reads."""
+        data: dict[str, Any] = {
+            "schema": EXPECT_SCHEMA,
+            "node": self.node,
+            "gpu": asdict(self.gpu),
+            "driver": {"version": self.driver_version} if self.driver_version else None,
+            "cuda_min": self.cuda_min,
+            "bandwidth_ratio": self.bandwidth_ratio,
+            "persistence": self.persistence,
+            "ecc": self.ecc,
+            "mig": {str(index): [asdict(i) for i in layout] for index, layout in sorted(self.mig.items())},
+            "device_permissions": self.device_permissions,
+            "container": asdict(self.container),
+            "kubernetes": asdict(self.kubernetes),
+        }
+        if self.paths:
+            data["paths"] = dict(self.paths)
+        return data
+
+    def to_json(self) -> str:
+        """Return the expectations file's text (stable key order, so unchanged expectations upload nothing)."""
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+
+def load_model(model: str) -> dict[str, Any]:
+    """Read ``gpu_provision/data/gpus/<model>.json``; raise GpuProvisionError for an unknown model."""
+    try:
+        text = resources.files("gpu_provision").joinpath("data", "gpus", f"{model}.json").read_text()
+    except FileNotFoundError:
+        raise GpuProvisionError(f"unknown GPU model {model!r}: no gpu_provision/data/gpus/{model}.json") from None
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _instances(layout: Any) -> list[MigInstance]:
+    result = []
+    for item in layout:
+        if isinstance(item, MigInstance):
+            result.append(item)
+        elif isinstance(item, dict):
+            result.append(MigInstance(str(item["profile"]), int(item["start"]), int(item["size"])))
+        else:
+            result.append(MigInstance(str(item.profile), int(item.start), int(item.size)))
+    return result
+
+
+def build_expectations(node: str, model: str, count: int, *, driver_version: str | None = None,
+                       cuda_min: str | None = None, bandwidth_ratio: float = DEFAULT_BANDWIDTH_RATIO,
+                       persistence: bool = True, ecc: bool = True,
+                       mig: dict[int, Any] | None = None,
+                       device_permissions: dict[str, str] | None = None,
+                       container: ContainerRuntime | dict[str, Any] | None = None,
+                       kubernetes: Kubernetes | dict[str, Any] | None = None,
+                       paths: dict[str, str] | None = None) -> Expectations:
+    """Build one node's expectations from plain values and the model's data file.
+
+    + node: the node's name as reports and tables show it
+    + model: GPU model key (``H200``), the name of a file in ``gpu_provision/data/gpus/``
+    + count: GPUs the node must have
+    + driver_version: pinned version (``580.159.04``) or branch (``580``); None skips the check
+    + cuda_min: lowest CUDA version the driver must support (``12.4``)
+    + mig: per GPU index, the layout as ``MigInstance``s or ``{profile, start, size}`` dicts (absent = MIG off)
+    + device_permissions: ``{"group": "video", "mode": "0660"}`` for /dev/nvidia*; None skips the check
+    + container, kubernetes: ``ContainerRuntime`` / ``Kubernetes`` or dicts of their fields
+    + paths: root overrides for test rigs (``sysfs``, ``dev``, ``proc``, ``nvidia_smi``, ``libcuda``)
+
+    Example: ``build_expectations("gpu-01", "H200", 8, driver_version="580", cuda_min="12.8")``.
+    """
+    data = load_model(model)
+    if count < 0:
+        raise GpuProvisionError(f"node {node}: GPU count {count} is negative")
+    gpu = GpuModel(model=data["model"], count=count, product_names=list(data.get("product_names", [])),
+                   pci_device_ids=list(data.get("pci_device_ids", [])),
+                   memory_bandwidth_gbs=data.get("memory_bandwidth_gbs"),
+                   mig_memory_slices=(data.get("mig") or {}).get("memory_slices"))
+    if mig and not data.get("mig"):
+        raise GpuProvisionError(f"node {node}: MIG layout given but {model} has no MIG support")
+    if isinstance(container, dict):
+        container = ContainerRuntime(**container)
+    if isinstance(kubernetes, dict):
+        kubernetes = Kubernetes(**kubernetes)
+    return Expectations(
+        node=node, gpu=gpu, driver_version=driver_version, cuda_min=cuda_min, bandwidth_ratio=bandwidth_ratio,
+        persistence=persistence, ecc=ecc,
+        mig={int(i): _instances(layout) for i, layout in (mig or {}).items() if layout is not None},
+        device_permissions=device_permissions, container=container or ContainerRuntime(),
+        kubernetes=kubernetes or Kubernetes(), paths=dict(paths or {}))
+
+
+def mig_resources(layouts: dict[int, list[MigInstance]], count: int, strategy: str = "mixed") -> dict[str, int]:
+    """The allocatable resources the NVIDIA device plugin advertises for these layouts.
+
+    ``mixed`` names one resource per profile (``nvidia.com/mig-3g.71gb``); ``single`` counts every slice as
+    ``nvidia.com/gpu``; GPUs without MIG always count as ``nvidia.com/gpu``.
+    """
+    resources_: dict[str, int] = {}
+    whole = count - len([i for i in layouts if i < count])
+    if whole:
+        resources_["nvidia.com/gpu"] = whole
+    for layout in layouts.values():
+        for instance in layout:
+            key = "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{instance.profile}"
+            resources_[key] = resources_.get(key, 0) + 1
+    return resources_
