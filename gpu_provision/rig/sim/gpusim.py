@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid as uuidlib
@@ -1266,7 +1265,8 @@ def register(kind: str, record: dict) -> None:
 
 
 def hold(args: list[str]) -> int:
-    """``gpu-sim hold --gpu N [--mem MiB] [--gi ID --ci ID] -- CMD...``: run CMD as a GPU process."""
+    """``gpu-sim hold --gpu N [--mem MiB] [--gi ID --ci ID] -- CMD...``: run CMD as a GPU process
+    (shown by nvidia-smi, blocks resets and MIG changes while it lives)."""
     gpu_ref = None
     mem = 512
     gi = ci = None
@@ -1290,12 +1290,14 @@ def hold(args: list[str]) -> int:
     gpu = select_gpus(gpus, gpu_ref)[0]
     if gi is not None and ci is None:
         ci = 0
-    child = subprocess.Popen(command)
+    # Register this very process, then become CMD: the pid (and its start time) stay the same, so the
+    # GPU process lives exactly as long as CMD and signals reach CMD directly.
+    pid = os.getpid()
     register(
         "processes",
         {
-            "pid": child.pid,
-            "start_time": proc_start_time(child.pid),
+            "pid": pid,
+            "start_time": proc_start_time(pid),
             "gpu": gpu.uuid,
             "name": command[0],
             "used_memory": mem,
@@ -1303,7 +1305,12 @@ def hold(args: list[str]) -> int:
             "ci": ci,
         },
     )
-    return child.wait()
+    sys.stdout.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        raise SimError(f"gpu-sim hold: cannot run {command[0]}: {exc.strerror}", 127) from exc
+    return 0
 
 
 def client(args: list[str]) -> int:
