@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", default="vagrant", help="cluster name (default: %(default)s)")
     p.add_argument("--gpu-model", help="GPU model the nodes have (passed through PCI)")
     p.add_argument("--gpus", type=int, default=0, help="GPUs per node")
+    p.add_argument("--no-kubernetes", action="store_true",
+                   help="turn Kubernetes off (default: the first machine is the control plane)")
     p.set_defaults(handler=vagrant_cluster)
 
 
@@ -129,7 +131,8 @@ def vagrant_cluster(args: argparse.Namespace) -> int:
     from gpu_provision.rig.vagrant import cluster_yaml, parse_ssh_config
 
     text = sys.stdin.read() if args.ssh_config == "-" else Path(args.ssh_config).read_text()
-    out = cluster_yaml(parse_ssh_config(text), name=args.name, gpu_model=args.gpu_model, gpus=args.gpus)
+    out = cluster_yaml(parse_ssh_config(text), name=args.name, gpu_model=args.gpu_model, gpus=args.gpus,
+                       kubernetes=not args.no_kubernetes)
     if args.output == "-":
         sys.stdout.write(out)
     else:
