@@ -10,6 +10,8 @@ from typing import Any
 
 from .vendor import pynvml
 
+# nvmlGpuP2PCapsIndex_t values; pynvml's NVML_P2P_CAPS_INDEX_READ is accidentally the tuple (0,).
+P2P_READ, P2P_WRITE = 0, 1
 _P2P_STATUS = {
     0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "IOH topology not supported",
     4: "disabled by registry key", 5: "not supported", 6: "unknown",
@@ -51,23 +53,8 @@ class Nvml:
         """Return NVML's peer-to-peer read and write status between GPUs ``a`` and ``b``."""
         try:
             ha, hb = self._handle(a), self._handle(b)
-            read = pynvml.nvmlDeviceGetP2PStatus(ha, hb, pynvml.NVML_P2P_CAPS_INDEX_READ)
-            write = pynvml.nvmlDeviceGetP2PStatus(ha, hb, pynvml.NVML_P2P_CAPS_INDEX_WRITE)
+            read = pynvml.nvmlDeviceGetP2PStatus(ha, hb, P2P_READ)
+            write = pynvml.nvmlDeviceGetP2PStatus(ha, hb, P2P_WRITE)
         except pynvml.NVMLError as exc:
             return None, str(exc)
         return {"read": _P2P_STATUS.get(read, str(read)), "write": _P2P_STATUS.get(write, str(write))}, None
-
-    def nvlink_active(self, index: int) -> tuple[int | None, str | None]:
-        """Return how many NVLinks of GPU ``index`` are active (0 on a GPU without NVLink)."""
-        try:
-            handle = self._handle(index)
-        except pynvml.NVMLError as exc:
-            return None, str(exc)
-        active = 0
-        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
-                    active += 1
-            except pynvml.NVMLError:
-                break  # links are numbered densely; the first unsupported one ends the list
-        return active, None

@@ -182,3 +182,61 @@ def mig_resources(layouts: dict[int, list[MigInstance]], count: int, strategy: s
             key = "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{instance.profile}"
             resources_[key] = resources_.get(key, 0) + 1
     return resources_
+
+
+def allocatable_for(count: int, layouts: dict[int, list[MigInstance]], mig_strategy: str = "none",
+                    replicas: int = 1, renamed: bool = False) -> dict[str, int]:
+    """What the NVIDIA device plugin advertises for a node: MIG resources per strategy, time-slicing replicas."""
+    if layouts and mig_strategy in ("single", "mixed"):
+        return mig_resources(layouts, count, mig_strategy)
+    name = "nvidia.com/gpu.shared" if replicas > 1 and renamed else "nvidia.com/gpu"
+    return {name: count * max(replicas, 1)} if count else {}
+
+
+def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
+    """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
+    layouts = {index: [MigInstance(p.profile, p.start, p.size) for p in layout.placements]
+               for index, layout in node.mig.layouts.items() if layout.enabled}
+    permissions = node.permissions
+    runtime = node.container_runtime
+    image = node.verify.container_image
+    return build_expectations(
+        node.name, node.gpus.model, node.gpus.count,
+        driver_version=node.driver.version or node.driver.pinned_branch,
+        cuda_min=node.driver.cuda_min,
+        bandwidth_ratio=node.verify.bandwidth_min_ratio,
+        persistence=node.driver.persistenced,
+        mig=layouts,
+        device_permissions={"group": permissions.group or "root", "mode": permissions.mode},
+        container=ContainerRuntime(kind=runtime.kind, runtime="nvidia", cdi=node.toolkit.cdi, image=image),
+        kubernetes=Kubernetes(
+            enabled=kubernetes_enabled, node_name=node.name,
+            allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
+                                        node.sharing.replicas if node.sharing.strategy != "none" else 1,
+                                        node.sharing.rename_by_default),
+            pod_image=image),
+    )
+
+
+def expectations_for_host(host: Any) -> str:
+    """The expectations JSON for a pyinfra host.
+
+    ``host.data.gpu_provision_verify_expect`` (a path to an expectations JSON file) wins, for rigs and tests;
+    otherwise the host's typed node from the cluster file (``gpu_provision.inventory.node_for``).
+    """
+    override = host.data.get("gpu_provision_verify_expect")
+    if override:
+        try:
+            with open(override, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise GpuProvisionError(f"{host.name}: cannot read expectations {override}: {exc}") from None
+    if not host.data.get("gpu_provision_cluster_file"):
+        raise GpuProvisionError(f"{host.name}: no cluster file in host data (use inventory.py) and no "
+                                "gpu_provision_verify_expect file")
+    from gpu_provision.inventory import cluster_for, node_for
+
+    node = node_for(host)
+    if not node.has_gpus:
+        raise GpuProvisionError(f"{host.name}: the cluster file gives this node no GPUs; nothing to verify")
+    return from_node(node, cluster_for(host).kubernetes.enabled).to_json()

@@ -1,0 +1,67 @@
+"""``verify`` stage: ship the verification agent and its expectations, run it, judge the node by its report.
+
+The agent runs inside a ``python.call`` callback, i.e. at execution time, after the uploads before it; a fact
+asked for in deploy code would run at prepare time, before the agent is on the node.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files, python
+
+from gpu_provision.facts.verify import VerifyReport
+from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
+from gpu_provision.verify.expect import expectations_for_host
+from gpu_provision.verify.report import error_report
+
+REMOTE_DIR = "/var/lib/gpu-provision/verify"
+
+#: Reports collected in this process, by host name (read by ``gpu-provision verify`` for its table).
+REPORTS: dict[str, dict[str, Any]] = {}
+
+
+def collect_report(state: Any, host: Any, agent_path: str, expect_path: str,
+                   report_dir: str | None = None) -> bool:
+    """Run the agent through the ``VerifyReport`` fact; keep the report; fail the host when a check failed."""
+    try:
+        report = host.get_fact(VerifyReport, agent_path=agent_path, expect_path=expect_path, node=host.name)
+    except Exception as exc:  # an unreachable node must still appear in the fleet table
+        report = error_report(host.name, f"agent run failed: {type(exc).__name__}: {exc}")
+    REPORTS[host.name] = report
+    if report_dir:
+        os.makedirs(report_dir, exist_ok=True)
+        with open(os.path.join(report_dir, f"{host.name}.json"), "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+    summary = report["summary"]
+    first = next((c for c in report["checks"] if c["status"] == "fail"), None)
+    line = (f"verify {report['status']}: {summary['pass']} passed, {summary['fail']} failed, "
+            f"{summary['skip']} skipped in {report['wall_s']:.1f}s")
+    if first or report.get("error"):
+        line += f"; first failure: {first['id'] + ': ' + first['reason'] if first else report['error']}"
+    host.log_styled(line, fg="green" if report["status"] == "pass" else "red")
+    return bool(report["status"] == "pass")
+
+
+@deploy("Verify GPU node")
+def verify(remote_dir: str = REMOTE_DIR, report_dir: str | None = None) -> None:
+    """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
+
+    + remote_dir: where the agent and expectations live on the node
+    + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
+
+    Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
+    """
+    agent_path = f"{remote_dir}/{AGENT_FILENAME}"
+    expect_path = f"{remote_dir}/expect.json"
+    files.directory(name="Verification agent directory", path=remote_dir, mode="0755")
+    files.put(name="Verification agent", src=io.BytesIO(build_agent()), dest=agent_path, mode="0755")
+    files.put(name="Verification expectations", src=io.BytesIO(expectations_for_host(host).encode()),
+              dest=expect_path, mode="0644")
+    python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,
+                expect_path=expect_path, report_dir=report_dir)

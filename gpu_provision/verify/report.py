@@ -1,0 +1,96 @@
+"""Reading agent reports on the controller: parse, validate against the JSON Schema, summarize for the table."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+SCHEMA_FILE = "verify-report.v1.schema.json"
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    """The report's JSON Schema (``schemas/verify-report.v1.schema.json`` at the project root)."""
+    here = Path(__file__).resolve()
+    for base in (here.parents[2] / "schemas", here.parents[1] / "schemas"):
+        if (base / SCHEMA_FILE).exists():
+            loaded: dict[str, Any] = json.loads((base / SCHEMA_FILE).read_text())
+            return loaded
+    raise FileNotFoundError(f"{SCHEMA_FILE} not found next to the package")
+
+
+def schema_problems(report: Any) -> list[str]:
+    """Every way ``report`` breaks the schema, as ``path: message`` lines (empty when valid)."""
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.FormatChecker())
+    return [f"{'/'.join(str(p) for p in error.absolute_path) or '(root)'}: {error.message}"
+            for error in sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))]
+
+
+def error_report(node: str, message: str) -> dict[str, Any]:
+    """A schema-valid report for a node whose agent produced no usable report (status ``error``)."""
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {"schema": "verify-report.v1", "node": node, "agent_version": "unknown", "started": now,
+            "finished": now, "wall_s": 0.0, "status": "error", "error": message, "host": {},
+            "summary": {"pass": 0, "fail": 0, "skip": 0, "total": 0}, "checks": []}
+
+
+def parse_report(node: str, text: str) -> dict[str, Any]:
+    """Parse the agent's stdout; anything that is not a valid report becomes an error report saying why."""
+    start = text.find("{")
+    if start < 0:
+        tail = text.strip().splitlines()[-1:] or ["no output"]
+        return error_report(node, f"agent printed no report: {tail[0][:200]}")
+    try:
+        report = json.loads(text[start:])
+    except ValueError as exc:
+        return error_report(node, f"agent output is not JSON: {exc}")
+    problems = schema_problems(report)
+    if problems:
+        return error_report(node, f"agent report breaks the schema: {problems[0]}")
+    result: dict[str, Any] = report
+    return result
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One line of the fleet table."""
+
+    node: str
+    gpus_expected: int | None
+    gpus_found: int | None
+    passed: int
+    failed: int
+    skipped: int
+    status: str
+    first_failure: str
+    wall_s: float
+
+
+def _expected_count(report: dict[str, Any]) -> int | None:
+    for check in report["checks"]:
+        if check["id"] == "node.gpu.count":
+            return check["expected"] if isinstance(check["expected"], int) else None
+    return None
+
+
+def row(report: dict[str, Any]) -> NodeRow:
+    """Summarize one report for the fleet table; the first failure shows as ``id: reason``."""
+    summary = report["summary"]
+    first = next((c for c in report["checks"] if c["status"] == "fail"), None)
+    reason = f"{first['id']}: {first['reason']}" if first else (report.get("error") or "")
+    found = report.get("host", {}).get("gpus")
+    return NodeRow(node=report["node"], gpus_expected=_expected_count(report),
+                   gpus_found=len(found) if isinstance(found, list) else None, passed=summary["pass"],
+                   failed=summary["fail"], skipped=summary["skip"], status=report["status"],
+                   first_failure=reason, wall_s=float(report.get("wall_s") or 0.0))
+
+
+def fleet_ok(reports: list[dict[str, Any]]) -> bool:
+    """True when every node passed (no failed check, no agent error)."""
+    return bool(reports) and all(r["status"] == "pass" for r in reports)
