@@ -77,8 +77,8 @@ def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
 
 def _mode(value: Any) -> str:
     # YAML 1.1 reads an unquoted 0660 as the octal integer 432; only values that fit in 0o777 can be that.
-    if isinstance(value, int):
-        return f"{value:04o}"
+    if isinstance(value, (int, float)):
+        return f"{int(value):04o}"
     return value if value.startswith("0") else "0" + value
 
 
@@ -153,7 +153,7 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
         taints=tuple(raw.get("taints") or ()),
         ssh=replace(cluster_ssh, **{k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()}),
         driver=Driver(
-            branch=str(driver["branch"]) if "branch" in driver else ("580" if "version" not in driver else None),
+            branch=_text(driver["branch"]) if "branch" in driver else ("580" if "version" not in driver else None),
             version=driver.get("version"),
             kernel_modules=driver.get("kernel_modules", "auto"),
             install_method=driver.get("install_method", "package"),
@@ -175,6 +175,11 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
         verify=Verify(**(raw.get("verify") or {})),
         line=line,
     )
+
+
+def _text(value: Any) -> str:
+    # JSON Schema counts 580.0 as an integer; keep "580", not "580.0".
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _path(ctx: Context, value: str | None) -> str | None:

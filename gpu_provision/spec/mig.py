@@ -9,6 +9,7 @@ planner searches placements (the tables are small: at most 8 slots and 7 instanc
 from __future__ import annotations
 
 import itertools
+import re
 
 from gpu_provision.errors import MigLayoutError
 from gpu_provision.spec.catalog import MigProfile, MigTable
@@ -139,13 +140,16 @@ def format_layout(counts: dict[str, int]) -> str:
 def parse_layout(text: str) -> dict[str, int]:
     """Parse ``"1g.18gb x2 + 2g.35gb + 3g.71gb"`` or ``"1g.18gb=2,3g.71gb=1"`` into profile counts."""
     counts: dict[str, int] = {}
-    for part in text.replace(",", "+").split("+"):
+    # "+" joins terms, except in a "+me" profile suffix.
+    for part in re.split(r",|\+(?!me\b)", text):
         part = part.strip()
         if not part:
             continue
         name, _, count = part.replace("=", " x").replace("*", " x").partition(" x")
         name = name.strip()
-        if name.endswith("me") and not name.endswith("+me") and name[:-2].endswith("gb"):
-            name = name[:-2] + "+me"
-        counts[name] = counts.get(name, 0) + (int(count) if count.strip() else 1)
+        try:
+            number = int(count) if count.strip() else 1
+        except ValueError:
+            raise MigLayoutError(f"cannot read '{part}' (expected PROFILE or PROFILE xN)", profile=name) from None
+        counts[name] = counts.get(name, 0) + number
     return counts

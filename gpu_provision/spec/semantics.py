@@ -69,7 +69,7 @@ def _gpu_model(ctx: Context, index: int, node: Node) -> catalog.GpuModel | None:
         ctx.add_node(index, ("gpus", "model"), f"unknown GPU model '{node.gpus.model}' "
                                                f"(allowed: {', '.join(catalog.models())})")
     elif node.gpus.count == 0:
-        ctx.add_node(index, ("gpus", "count"), "gpus.count is required when gpus.model is given (allowed: 1..16)")
+        ctx.add_node(index, ("gpus",), "gpus.count is required when gpus.model is given (allowed: 1..16)")
     return model
 
 

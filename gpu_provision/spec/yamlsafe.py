@@ -41,6 +41,9 @@ class Positions:
         table = self.keys if key else self.values
         probe = tuple(path)
         while probe:
+            # A block mapping or list starts on the line after its key; the key's line is where a reader looks.
+            if not key and probe in self.values and probe in self.keys and self.values[probe][0] != self.keys[probe][0]:
+                return self.keys[probe]
             if probe in table:
                 return table[probe]
             if not key and probe in self.keys:
@@ -73,8 +76,9 @@ def load_yaml(text: str | bytes, filename: str) -> tuple[Any, Positions]:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise _error(filename, line, 1, (), "file contains NUL bytes; it is not a YAML text file")
 
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -85,7 +89,8 @@ def load_yaml(text: str | bytes, filename: str) -> tuple[Any, Positions]:
     except RecursionError:
         raise _error(filename, 1, 1, (), f"nesting is deeper than {MAX_DEPTH} levels") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
     positions = Positions()
     if root is None:

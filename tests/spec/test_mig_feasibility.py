@@ -1,0 +1,121 @@
+"""MIG feasibility against every model's profile and placement table."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpu_provision.errors import MigLayoutError
+from gpu_provision.spec import catalog, mig
+
+MIG_MODELS = [k for k, m in catalog.models().items() if m.mig]
+
+
+def _table(key: str) -> catalog.MigTable:
+    table = catalog.model(key).mig
+    assert table is not None
+    return table
+
+
+def _check_placements(table: catalog.MigTable, placements: tuple) -> None:
+    used: set[int] = set()
+    for p in placements:
+        profile = table.profile(p.profile)
+        assert p.start in profile.starts
+        span = set(range(p.start, p.start + p.size))
+        assert not span & used, f"overlap at {p}"
+        assert max(span) < table.memory_slices
+        used |= span
+    assert sum(table.profile(p.profile).compute_slices for p in placements) <= table.compute_slices
+
+
+@pytest.mark.parametrize("key", MIG_MODELS)
+def test_every_all_single_profile_layout_fits(key: str) -> None:
+    table = _table(key)
+    for profile in table.profiles:
+        counts = {profile.name: profile.max_instances}
+        placements = mig.plan(table, counts)
+        assert len(placements) == profile.max_instances
+        _check_placements(table, placements)
+
+
+@pytest.mark.parametrize("key", MIG_MODELS)
+def test_balanced_layout_fits(key: str) -> None:
+    table = _table(key)
+    if table.memory_slices == 4:  # A30: all-balanced is 2 x 1g + 1 x 2g [GPU Operator default config]
+        counts = {"1g.6gb": 2, "2g.12gb": 1}
+    else:
+        one = next(p.name for p in table.profiles if p.memory_slices == 1 and not p.media_extensions)
+        two = next(p.name for p in table.profiles if p.compute_slices == 2)
+        three = next(p.name for p in table.profiles if p.compute_slices == 3)
+        counts = {one: 2, two: 1, three: 1}
+    _check_placements(table, mig.plan(table, counts))
+
+
+@pytest.mark.parametrize("key", MIG_MODELS)
+def test_one_more_than_the_limit_does_not_fit(key: str) -> None:
+    table = _table(key)
+    for profile in table.profiles:
+        with pytest.raises(MigLayoutError):
+            mig.plan(table, {profile.name: profile.max_instances + 1})
+
+
+def test_h200_issue_examples() -> None:
+    table = _table("H200")
+    placements = mig.plan(table, mig.parse_layout("1g.18gb x2 + 2g.35gb + 3g.71gb"))
+    assert [(p.profile, p.start, p.size) for p in placements] == [
+        ("2g.35gb", 0, 2), ("1g.18gb", 2, 1), ("1g.18gb", 3, 1), ("3g.71gb", 4, 4)]
+    with pytest.raises(MigLayoutError) as info:
+        mig.plan(table, mig.parse_layout("3g.71gb x3"))
+    assert info.value.profile == "3g.71gb"
+    assert info.value.suggestion == {"3g.71gb": 2}
+
+
+def test_placement_not_slice_count_decides() -> None:
+    # 3 x 2g (6 slices) + 2 x 1g (2 slices) = 8 memory slices, yet no 1g start reaches slice 7.
+    table = _table("H200")
+    with pytest.raises(MigLayoutError) as info:
+        mig.plan(table, {"2g.35gb": 3, "1g.18gb": 2})
+    assert info.value.profile == "1g.18gb"
+    assert ("2g.35gb", 0, 2) in info.value.taken
+    assert info.value.suggestion == {"2g.35gb": 3, "1g.18gb": 1}
+
+
+def test_large_1g_and_3g_share_by_placement() -> None:
+    table = _table("H200")
+    placements = mig.plan(table, {"3g.71gb": 1, "1g.35gb": 2})
+    _check_placements(table, placements)
+    with pytest.raises(MigLayoutError):
+        mig.plan(table, {"3g.71gb": 1, "1g.35gb": 3})
+
+
+def test_compute_slices_bound() -> None:
+    # 4g + 3g fill all 7 compute slices: nothing else fits although a 1g.35gb has 2 memory slices free nowhere.
+    table = _table("H100-80GB")
+    assert mig.fits(table, {"4g.40gb": 1, "3g.40gb": 1})
+    assert not mig.fits(table, {"4g.40gb": 1, "2g.20gb": 2})
+
+
+def test_h200_table_matches_driver_fixture(fixtures) -> None:
+    text = (fixtures / "h200" / "nvidia-smi_mig_-lgipp.txt").read_text()
+    table = _table("H200")
+    for line in text.splitlines():
+        parts = line.split()
+        profile_id = int(parts[4])
+        starts_text, size = line.split(": ", 1)[1].strip().split(":")
+        starts = tuple(int(s) for s in starts_text.strip("{}").split(","))
+        profile = table.profile(str(profile_id))
+        assert profile is not None, profile_id
+        assert profile.starts == starts
+        assert profile.memory_slices == int(size)
+
+
+def test_unknown_profile_names_allowed_ones() -> None:
+    with pytest.raises(MigLayoutError) as info:
+        mig.plan(_table("A100-40GB"), {"1g.18gb": 1})
+    assert "allowed: 1g.5gb" in str(info.value)
+
+
+def test_parse_layout_forms() -> None:
+    assert mig.parse_layout("1g.18gb x2 + 3g.71gb") == {"1g.18gb": 2, "3g.71gb": 1}
+    assert mig.parse_layout("1g.18gb=2,3g.71gb=1") == {"1g.18gb": 2, "3g.71gb": 1}
+    assert mig.parse_layout("1g.18gb+me") == {"1g.18gb+me": 1}
