@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command: sets everything up (scripts/setup.sh), then lint, type checks and the whole pytest suite,
+# rig tests included when run as root. pytest's "no tests ran" (exit 5) is a failure here, like any other.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check gpu_provision tests bench deploys inventory.py tools
+.venv/bin/mypy
+set +e
+.venv/bin/pytest "$@"
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+fi
+exit "$status"
