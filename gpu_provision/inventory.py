@@ -8,11 +8,13 @@ reads the typed node through :func:`node_for`.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict
 from typing import Any
 
-from gpu_provision.spec import Cluster, Node, load_cluster
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.spec import Cluster, Node, cluster_file_from_env, load_cluster
 
 _CACHE: dict[str, Cluster] = {}
 
@@ -62,11 +64,31 @@ def groups(path: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     return out
 
 
-def node_for(host: Any) -> Node:
-    """The typed node behind a pyinfra host built by :func:`groups`."""
-    return cluster(host.data.gpu_provision_cluster_file).node(host.name)
+NODE_ENV = "GPU_PROVISION_NODE"
 
 
 def cluster_for(host: Any) -> Cluster:
-    """The typed cluster a pyinfra host belongs to."""
-    return cluster(host.data.gpu_provision_cluster_file)
+    """The typed cluster a pyinfra host belongs to.
+
+    Hosts from ``inventory.py`` carry their cluster file; others (``pyinfra @local ...``) use
+    ``GPU_PROVISION_CLUSTER``.
+    """
+    return cluster(host.data.get("gpu_provision_cluster_file") or cluster_file_from_env())
+
+
+def node_for(host: Any) -> Node:
+    """The typed node behind a pyinfra host.
+
+    Hosts from ``inventory.py`` are named after their node. A connector host such as ``@local`` names its node
+    with ``GPU_PROVISION_NODE`` (e.g. ``GPU_PROVISION_NODE=gpu-01 pyinfra @local deploys/gpu_node.py --dry`` on
+    the node itself).
+    """
+    name = host.name
+    if name.startswith("@"):
+        name = os.environ.get(NODE_ENV, "")
+        if not name:
+            raise GpuProvisionError(f"{host.name}: set {NODE_ENV} to the node this host is in the cluster file")
+    try:
+        return cluster_for(host).node(name)
+    except KeyError:
+        raise GpuProvisionError(f"{cluster_for(host).source}: no node named '{name}'") from None
