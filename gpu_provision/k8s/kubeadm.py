@@ -1,0 +1,113 @@
+"""kubeadm configuration documents: InitConfiguration, ClusterConfiguration, KubeletConfiguration, JoinConfiguration.
+
+kubeadm 1.31 introduced ``kubeadm.k8s.io/v1beta4`` (``extraArgs`` and ``kubeletExtraArgs`` became lists of
+name/value pairs); earlier releases read ``v1beta3``. Only fields whose shape is the same in both are used, so the
+documents differ in their ``apiVersion`` alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from gpu_provision.k8s.nodes import taint_objects
+from gpu_provision.spec.model import Cluster, Node
+
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+API_PORT = 6443
+#: kubeadm's default image repository; ``mirrors.registry`` replaces it (images keep their names below it).
+IMAGE_REPOSITORY = "registry.k8s.io"
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
+
+
+def api_version(version: str) -> str:
+    """The kubeadm config API for Kubernetes ``version`` (``1.31.4`` -> ``kubeadm.k8s.io/v1beta4``)."""
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return "kubeadm.k8s.io/v1beta4" if (major, minor) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
+
+
+def advertise_address(node: Node, probed: str | None) -> str | None:
+    """The address the node's API server (or kubelet) advertises.
+
+    ``node.address`` unless it is a loopback address (a node reached through a local forwarder), in which case the
+    node's own address from the probe; None lets kubeadm pick the default-route interface.
+    """
+    try:
+        if not ipaddress.ip_address(node.address).is_loopback:
+            return node.address
+    except ValueError:
+        # A host name: kubeadm needs an IP to advertise, so the probed one serves.
+        pass
+    return probed
+
+
+def endpoint(cluster: Cluster, first_address: str | None) -> str | None:
+    """``host:port`` every node reaches the API server at (``control_plane_endpoint`` or the first control plane)."""
+    given = cluster.kubernetes.control_plane_endpoint
+    if given:
+        return given if ":" in given else f"{given}:{API_PORT}"
+    return f"{first_address}:{API_PORT}" if first_address else None
+
+
+def node_taints(node: Node) -> list[dict[str, str]]:
+    """The taints kubeadm registers the node with: the file's, plus the control-plane taint on control planes."""
+    taints = taint_objects(node.taints)
+    if node.role == "control-plane" and not any(t["key"] == CONTROL_PLANE_TAINT["key"] for t in taints):
+        taints.insert(0, dict(CONTROL_PLANE_TAINT))
+    return taints
+
+
+def _registration(node: Node) -> dict[str, Any]:
+    return {"name": node.name, "criSocket": CRI_SOCKET, "taints": node_taints(node)}
+
+
+def kubelet_configuration() -> dict[str, Any]:
+    """KubeletConfiguration: the systemd cgroup driver (matching containerd's ``SystemdCgroup = true``)."""
+    return {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "cgroupDriver": "systemd", "failSwapOn": True}
+
+
+def init_configuration(cluster: Cluster, node: Node, address: str | None) -> list[dict[str, Any]]:
+    """The documents ``kubeadm init --config`` reads on the first control plane.
+
+    + address: the address to advertise (see :func:`advertise_address`)
+    """
+    k8s = cluster.kubernetes
+    api = api_version(k8s.version)
+    init: dict[str, Any] = {"apiVersion": api, "kind": "InitConfiguration", "nodeRegistration": _registration(node)}
+    if address:
+        init["localAPIEndpoint"] = {"advertiseAddress": address, "bindPort": API_PORT}
+    config: dict[str, Any] = {
+        "apiVersion": api,
+        "kind": "ClusterConfiguration",
+        "clusterName": cluster.name,
+        "kubernetesVersion": f"v{k8s.version}",
+        "networking": {"podSubnet": k8s.pod_cidr, "serviceSubnet": k8s.service_cidr},
+        "imageRepository": (cluster.mirrors.registry or IMAGE_REPOSITORY).rstrip("/"),
+    }
+    cp_endpoint = endpoint(cluster, address)
+    if cp_endpoint:
+        config["controlPlaneEndpoint"] = cp_endpoint
+    return [init, config, kubelet_configuration()]
+
+
+def join_configuration(cluster: Cluster, node: Node, api_endpoint: str, token: str, ca_cert_hash: str,
+                       certificate_key: str | None = None, address: str | None = None) -> dict[str, Any]:
+    """The JoinConfiguration for ``node``; a control plane when ``certificate_key`` is given.
+
+    Holds the bootstrap token and certificate key, so it is built at execution time, written only to a private
+    temporary file on the joining node and removed after ``kubeadm join``.
+    """
+    doc: dict[str, Any] = {
+        "apiVersion": api_version(cluster.kubernetes.version),
+        "kind": "JoinConfiguration",
+        "discovery": {"bootstrapToken": {"apiServerEndpoint": api_endpoint, "token": token,
+                                         "caCertHashes": [ca_cert_hash]}},
+        "nodeRegistration": _registration(node),
+    }
+    if certificate_key is not None:
+        control_plane: dict[str, Any] = {"certificateKey": certificate_key}
+        if address:
+            control_plane["localAPIEndpoint"] = {"advertiseAddress": address, "bindPort": API_PORT}
+        doc["controlPlane"] = control_plane
+    return doc
