@@ -1,0 +1,112 @@
+"""Files with exact content or merged JSON keys, and the per-run record of which paths changed.
+
+Services restart and initramfs images are rebuilt only when a file they depend on changed in this run; that
+record lives here (:func:`changed_paths`), filled by every operation that writes a file.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from io import StringIO
+from typing import Any
+
+from pyinfra.api import FileUploadCommand, operation
+
+from gpu_provision.desired import FileWant, request_for, sha256
+from gpu_provision.operations.commands import current_state, mark_changed, this_host
+from gpu_provision.state import FileState, NodeStateData, Request
+
+BACKUP_SUFFIX = ".gpu-provision.bak"
+
+_CHANGED: dict[tuple[int, bool], set[str]] = {}
+
+
+def _phase(target: Any) -> tuple[int, bool]:
+    return id(target), bool(getattr(target.state, "is_executing", False))
+
+
+def record_changed(target: Any, paths: Iterable[str]) -> None:
+    """Note that ``paths`` change on ``target`` in the current phase (prepare: will change; execute: changed)."""
+    _CHANGED.setdefault(_phase(target), set()).update(paths)
+
+
+def changed_paths(target: Any) -> set[str]:
+    """Paths that changed (or, at prepare time, will change) on ``target`` in this run."""
+    return set(_CHANGED.get(_phase(target), set()))
+
+
+def _content_matches(want: FileWant, current: FileState) -> bool:
+    if not current.exists or current.type != "file":
+        return False
+    if want.merge:
+        return current.content is not None and sha256(want.desired_text(current.content)) == current.sha256
+    return want.content is None or sha256(want.content) == current.sha256
+
+
+def plan(want: FileWant, current: FileState, temp_name: Callable[[str], str]) -> list[Any]:
+    """Commands that bring one file from ``current`` to ``want`` (empty when it is already there).
+
+    ``temp_name`` gives the remote temporary file for an upload (pyinfra's ``host.get_temp_filename``).
+    """
+    commands: list[Any] = []
+    quoted = shlex.quote(want.path)
+    if not _content_matches(want, current):
+        text = want.desired_text(current.content if current.exists else None)
+        parent = posixpath.dirname(want.path) or "/"
+        commands.append(f"mkdir -p {shlex.quote(parent)}")
+        if current.exists and want.backup:
+            commands.append(f"cp -a {quoted} {shlex.quote(want.path + BACKUP_SUFFIX)}")
+        commands.append(FileUploadCommand(StringIO(text), want.path, remote_temp_filename=temp_name(want.path)))
+        # An upload creates the file with the connecting user's owner and umask: set both every time.
+        commands.append(f"chown {want.owner}:{want.group} {quoted}")
+        commands.append(f"chmod {want.mode} {quoted}")
+        return commands
+    if current.owner != want.owner or current.group != want.group:
+        commands.append(f"chown {want.owner}:{want.group} {quoted}")
+    if current.mode != want.mode:
+        commands.append(f"chmod {want.mode} {quoted}")
+    return commands
+
+
+def content_changes(wants: Sequence[FileWant], state: NodeStateData) -> set[str]:
+    """Paths among ``wants`` whose content differs on the node (mode/owner changes do not count)."""
+    return {w.path for w in wants if not _content_matches(w, state.file(w.path))}
+
+
+@operation()
+def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWant]], request: Request | None = None):
+    """Files as the stage wants them: exact content or merged JSON keys, with mode, owner and group.
+
+    + wants: the files, or a function of the node's state that returns them (evaluated again at execution, for
+      content that depends on an earlier operation, such as a group's numeric id)
+    + request: what that function reads from the probe (with a list, derived from the wants)
+
+    An existing file whose content differs is copied to ``PATH.gpu-provision.bak`` first (``backup=True``). JSON
+    merges keep every key the file already has that the want does not set. Paths whose content changes are recorded
+    for :func:`changed_paths` (service restarts, initramfs rebuilds).
+
+    .. code:: python
+
+        files.wants(name="Docker daemon.json", wants=[
+            FileWant("/etc/docker/daemon.json", merge="json", keys={"exec-opts": ["native.cgroupdriver=systemd"]}),
+        ])
+    """
+    host = this_host()
+    if callable(wants):
+        state = current_state(host, request or Request())
+        wanted = list(wants(state))
+        state = current_state(host, request_for(list(wanted)).merge(request or Request()))
+    else:
+        wanted = list(wants)
+        state = current_state(host, request_for(list(wanted)).merge(request or Request()))
+    commands: list[Any] = []
+    for want in wanted:
+        commands.extend(plan(want, state.file(want.path), host.get_temp_filename))
+    if not commands:
+        host.noop("files already as wanted: " + ", ".join(w.path for w in wanted))
+        return
+    record_changed(host, content_changes(wanted, state))
+    mark_changed(host)
+    yield from commands

@@ -1,0 +1,121 @@
+"""Packages at wanted versions, held or version-locked, with apt (Debian, Ubuntu) or dnf (RHEL, Rocky)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from pyinfra.api import operation
+
+from gpu_provision.desired import PackageWant, request_for, version_matches
+from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
+from gpu_provision.operations.files import changed_paths
+from gpu_provision.state import NodeStateData
+
+#: Files whose change means the package index must be refreshed before installing.
+REPOSITORY_PREFIXES = ("/etc/apt/sources.list", "/etc/apt/preferences", "/etc/apt/keyrings/",
+                       "/etc/apt/apt.conf.d/", "/etc/yum.repos.d/", "/etc/dnf/")
+
+APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--force-confold "
+           "--allow-downgrades --allow-change-held-packages")
+
+
+def apt_spec(want: PackageWant) -> str:
+    """``name=version`` as apt-get takes it; a bare upstream version gets ``-*`` to match any Debian revision."""
+    if not want.version:
+        return want.name
+    version = want.version
+    if "-" not in version and not version.endswith("*"):
+        version += "-*"
+    return f"{want.name}={version}"
+
+
+def dnf_spec(want: PackageWant) -> str:
+    """``name-version`` as dnf takes it (a version without release matches any release)."""
+    return f"{want.name}-{want.version}" if want.version else want.name
+
+
+def _needs_install(want: PackageWant, state: NodeStateData) -> bool:
+    return want.present and not version_matches(want.version, state.package(want.name).version)
+
+
+def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_changed: bool) -> list[str]:
+    """Commands that install, remove, hold and lock ``wants`` (empty when the node already matches)."""
+    manager = state.package_manager
+    install = [w for w in wants if _needs_install(w, state)]
+    remove = [w for w in wants if not w.present and state.package(w.name).version is not None]
+    hold = [w for w in wants if w.present and w.held and (w in install or not state.package(w.name).held)]
+    if not (install or remove or hold):
+        return []
+    if manager == "apt":
+        return _apt(install, remove, hold, repositories_changed)
+    if manager == "dnf":
+        locked = [w for w in install if state.package(w.name).held]
+        return _dnf(install, remove, hold, locked, repositories_changed)
+    return [fail_command("no supported package manager (apt or dnf) found on this node")]
+
+
+def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[PackageWant],
+         repositories_changed: bool) -> list[str]:
+    commands = []
+    if remove:
+        commands.append(f"{APT_GET} remove " + " ".join(shlex.quote(w.name) for w in remove))
+    if install:
+        specs = " ".join(shlex.quote(apt_spec(w)) for w in install)
+        if repositories_changed:
+            commands.append("apt-get update -q")
+        else:
+            # Refresh the index only when apt cannot resolve the wanted versions from what it already has:
+            # `apt-get update` on every run would make a converged node report a change.
+            commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || apt-get update -q")
+        commands.append(f"{APT_GET} install {specs}")
+    if hold:
+        commands.append("apt-mark hold " + " ".join(shlex.quote(w.name) for w in hold))
+    return commands
+
+
+def _dnf(install: list[PackageWant], remove: list[PackageWant], hold: list[PackageWant],
+         locked: list[PackageWant], repositories_changed: bool) -> list[str]:
+    commands = []
+    if remove:
+        commands.append("dnf remove -y " + " ".join(shlex.quote(w.name) for w in remove))
+    if hold:
+        commands.append("rpm -q python3-dnf-plugin-versionlock >/dev/null 2>&1 || "
+                        "dnf install -y python3-dnf-plugin-versionlock")
+    if locked:
+        commands.append("dnf versionlock delete " + " ".join(shlex.quote(w.name) for w in locked))
+    if install:
+        refresh = " --refresh" if repositories_changed else ""
+        specs = " ".join(shlex.quote(dnf_spec(w)) for w in install)
+        commands.append(f"dnf install -y --allowerasing{refresh} {specs}")
+    if hold:
+        commands.append("dnf versionlock add " + " ".join(shlex.quote(w.name) for w in hold))
+    return commands
+
+
+@operation()
+def wants(wants: Sequence[PackageWant]):
+    """Packages installed at the wanted versions (downgrading if needed), held where wanted, or removed.
+
+    + wants: the packages; ``version`` as the package manager spells it (``580.95.05-1``, ``580.*``), ``held``
+      for ``apt-mark hold`` / ``dnf versionlock``, ``present=False`` to remove
+
+    The package index is refreshed only when a repository file changed in this run or apt cannot resolve a wanted
+    version from the index it has. Held packages are changed only to the wanted version (apt's
+    ``--allow-change-held-packages``; dnf unlocks, installs and locks again). Configuration files the admin changed
+    are kept (``--force-confold``).
+
+    .. code:: python
+
+        packages.wants(name="Driver packages", wants=[PackageWant("nvidia-driver", "580.95.05-1", held=True)])
+    """
+    host = this_host()
+    wanted = list(wants)
+    state = current_state(host, request_for(list(wanted)))
+    repositories_changed = any(p.startswith(REPOSITORY_PREFIXES) for p in changed_paths(host))
+    commands = plan(wanted, state, repositories_changed)
+    if not commands:
+        host.noop("packages already as wanted: " + ", ".join(w.name for w in wanted))
+        return
+    mark_changed(host)
+    yield from commands

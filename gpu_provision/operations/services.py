@@ -1,0 +1,63 @@
+"""systemd units enabled and running, reloaded when a unit file changed, restarted when their config changed."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Sequence
+
+from pyinfra.api import operation
+
+from gpu_provision.desired import UnitWant, request_for
+from gpu_provision.operations.commands import current_state, mark_changed, this_host
+from gpu_provision.operations.files import changed_paths
+from gpu_provision.state import NodeStateData
+
+UNIT_DIRS = ("/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/", "/run/systemd/system/")
+
+
+def plan(wants: Sequence[UnitWant], state: NodeStateData, changed: set[str]) -> list[str]:
+    """Commands for ``wants`` given the node's units and the paths that changed in this run."""
+    commands: list[str] = []
+    if any(path.startswith(UNIT_DIRS) for path in changed):
+        commands.append("systemctl daemon-reload")
+    for want in wants:
+        unit = state.unit(want.name)
+        name = shlex.quote(want.name)
+        enabled = unit is not None and unit.enabled == "enabled"
+        active = unit is not None and unit.active == "active"
+        if want.enabled is True and not enabled:
+            commands.append(f"systemctl enable {name}")
+        elif want.enabled is False and enabled:
+            commands.append(f"systemctl disable {name}")
+        if want.running is True and not active:
+            commands.append(f"systemctl start {name}")
+        elif want.running is False and active:
+            commands.append(f"systemctl stop {name}")
+        elif want.running is not False and active and changed.intersection(want.restart_on):
+            commands.append(f"systemctl restart {name}")
+    return commands
+
+
+@operation()
+def wants(wants: Sequence[UnitWant], changed_files: Iterable[str] = ()):
+    """systemd units enabled/disabled and started/stopped as wanted; restarted only after their config changed.
+
+    + wants: the units; ``restart_on`` names the files whose change in this run restarts a running unit
+    + changed_files: further paths to treat as changed (besides those this run's file operations recorded)
+
+    ``systemctl daemon-reload`` runs once when a unit file or drop-in changed in this run. A unit that is started
+    here is not restarted again.
+
+    .. code:: python
+
+        services.wants(name="Docker running", wants=[UnitWant("docker", restart_on=("/etc/docker/daemon.json",))])
+    """
+    host = this_host()
+    wanted = list(wants)
+    state = current_state(host, request_for(list(wanted)))
+    commands = plan(wanted, state, changed_paths(host) | set(changed_files))
+    if not commands:
+        host.noop("services already as wanted: " + ", ".join(w.name for w in wanted))
+        return
+    mark_changed(host)
+    yield from commands
