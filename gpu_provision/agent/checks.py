@@ -78,7 +78,8 @@ def count_checks(smi_gpus: list[dict[str, Any]] | None, pci_gpus: list[dict[str,
         checks.append(skipped("node.pci.gpus", "PCI devices unreadable (no /sys/bus/pci/devices)", expected=want))
         return checks
     matching = [d for d in pci_gpus if not ids or d["device_id"].upper() in ids]
-    measured = {"on_bus": len(matching), "bus_ids": [d["bus_id"] for d in matching]}
+    bus_ids = [d["bus_id"] for d in matching]
+    measured = {"on_bus": len(matching), "bus_ids": bus_ids}
     if len(matching) != want:
         others = [d["device_id"] for d in pci_gpus if d not in matching]
         extra = f"; other NVIDIA GPUs on the bus: {', '.join(others)}" if others else ""
@@ -86,7 +87,7 @@ def count_checks(smi_gpus: list[dict[str, Any]] | None, pci_gpus: list[dict[str,
                              f"{len(matching)} {gpu['model']} GPU(s) on the PCI bus, expected {want}{extra}"))
     elif smi_gpus is not None and len(smi_gpus) < len(matching):
         seen = {g.get("bus_id") for g in smi_gpus}
-        lost = [b for b in measured["bus_ids"] if b not in seen]
+        lost = [b for b in bus_ids if b not in seen]
         checks.append(failed("node.pci.gpus", measured, want,
                              f"GPU(s) on the bus but not seen by the driver: {', '.join(lost) or 'unknown'}"))
     else:
@@ -230,7 +231,7 @@ def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, 
     if not want_enabled:
         return checks
     expected_layout = sorted(({"profile": i["profile"], "start": int(i["start"]), "size": int(i["size"])}
-                              for i in wanted), key=_layout_key)
+                              for i in wanted or []), key=_layout_key)
     if lgi is None:
         checks.append(skipped(f"gpu{index}.mig.layout", "nvidia-smi mig -lgi gave no answer",
                               expected=expected_layout, **subject))

@@ -312,6 +312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpu-verify", description="Verify this GPU node; print a JSON report.")
     parser.add_argument("--expect", help="expectations JSON written by the controller")
     parser.add_argument("--output", help="also write the report to this file")
+    parser.add_argument("--compact", action="store_true", help="print the report on one line (for pod logs)")
     parser.add_argument("--libcuda", default="libcuda.so.1", help=argparse.SUPPRESS)
     parser.add_argument("--cuda-probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peer-probe", action="store_true", help=argparse.SUPPRESS)
@@ -344,5 +345,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write(text + "\n")
-    print(text)
+    print(json.dumps(report, separators=(",", ":")) if args.compact else text)
     return 2 if error else (1 if report["summary"]["fail"] else 0)

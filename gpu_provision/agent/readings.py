@@ -17,6 +17,7 @@ from typing import Any
 NVIDIA_VENDOR = "0x10de"
 # 0x0300 VGA controller, 0x0302 3D controller; NVSwitches (0x0680) and audio functions are not GPUs.
 GPU_CLASSES = ("0x0300", "0x0302")
+_EMPTY_ANSWERS = ("No MIG-enabled devices found", "No GPU instances found", "No compute instances found")
 
 
 def run(argv: list[str], timeout: float = 60.0, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -58,9 +59,10 @@ class Smi:
         if "error" in result:
             return None, result["error"]
         if result["returncode"] != 0:
-            # "mig -lgi" exits non-zero with MIG disabled, yet its message is the answer.
-            if "No MIG-enabled devices found" in result["stdout"] or "No GPU instances found" in result["stdout"]:
-                return result["stdout"], None
+            # "mig -lgi" and "-lci" exit 6 (not found) when there is nothing to list, yet the message is the answer.
+            said = result["stdout"] + result["stderr"]
+            if any(empty in said for empty in _EMPTY_ANSWERS):
+                return said, None
             message = (result["stderr"] or result["stdout"]).strip().splitlines()[-1:] or [""]
             return None, f"nvidia-smi {' '.join(args)} exited {result['returncode']}: {message[0][:200]}"
         return result["stdout"], None

@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="use this expectations file for HOST instead of the cluster file (repeatable)")
     p.add_argument("--report-dir", help="also write one <node>.json report per node here")
     p.add_argument("--parallel", type=int, help="hosts verified at once (default: pyinfra's)")
+    p.add_argument("--remote-dir", help="where the agent is put on each node (default: /var/lib/gpu-provision/verify)")
     p.add_argument("--in-cluster", action="store_true",
                    help="collect the reports of the verification DaemonSet through kubectl instead of SSH")
     p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         from gpu_provision.verify import collect
 
         reports = collect.run(args.inventory, limit=args.limit, expect_files=dict(args.expect or []),
-                              report_dir=args.report_dir, parallel=args.parallel)
+                              report_dir=args.report_dir, parallel=args.parallel, remote_dir=args.remote_dir)
     if not reports:
         raise GpuProvisionError("no reports collected")
     if args.json:

@@ -35,7 +35,8 @@ def load_inventory(inventory: str, expect_files: dict[str, str] | None = None) -
 
 
 def run(inventory: str, limit: list[str] | None = None, expect_files: dict[str, str] | None = None,
-        report_dir: str | None = None, parallel: int | None = None) -> list[dict[str, Any]]:
+        report_dir: str | None = None, parallel: int | None = None,
+        remote_dir: str | None = None) -> list[dict[str, Any]]:
     """Connect to the inventory's hosts, ship and run the agent on each, return their reports (sorted by node).
 
     A host that cannot be reached, or whose agent printed no report, gets an ``error`` report, so every host
@@ -68,7 +69,7 @@ def run(inventory: str, limit: list[str] | None = None, expect_files: dict[str, 
     stage.REPORTS.clear()
     try:
         connect_all(state)
-        add_deploy(state, stage.verify, report_dir=report_dir)
+        add_deploy(state, stage.verify, remote_dir=remote_dir or stage.REMOTE_DIR, report_dir=report_dir)
         run_ops(state)
     except PyinfraError:
         pass  # "No hosts remaining!" once every node failed; the reports below say why

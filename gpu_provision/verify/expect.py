@@ -105,7 +105,7 @@ class Expectations:
 def load_model(model: str) -> dict[str, Any]:
     """Read ``gpu_provision/data/gpus/<model>.json``; raise GpuProvisionError for an unknown model."""
     try:
-        text = resources.files("gpu_provision").joinpath("data", "gpus", f"{model}.json").read_text()
+        text = resources.files("gpu_provision").joinpath("data").joinpath("gpus").joinpath(f"{model}.json").read_text()
     except FileNotFoundError:
         raise GpuProvisionError(f"unknown GPU model {model!r}: no gpu_provision/data/gpus/{model}.json") from None
     data: dict[str, Any] = json.loads(text)

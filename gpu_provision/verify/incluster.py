@@ -1,0 +1,199 @@
+"""Verification inside Kubernetes, for fleets that outgrow one controller's SSH fan-out.
+
+``manifests(...)`` generates a ConfigMap (the agent zip and every node's expectations) and a DaemonSet that runs
+the same agent in a pod on every GPU node of the cluster file; each pod prints its report as one JSON line and
+then sleeps, so the report stays in the pod's log. ``collect(...)`` reads those logs through kubectl and adds
+the one check a pod cannot make about itself: the node's allocatable GPU resources.
+
+The pod sees the host's GPUs through the NVIDIA runtime (``runtimeClassName: nvidia``,
+``NVIDIA_VISIBLE_DEVICES=all``) without asking the device plugin for any, so verification takes no GPU away
+from workloads; the host's /dev and /sys are mounted read-only so device permissions and PCI devices are the
+host's, not the container's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from typing import Any
+
+import yaml
+
+from gpu_provision.agent import checks as agent_checks
+from gpu_provision.agent.report import Check, summarize
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
+from gpu_provision.verify.report import error_report, parse_report
+
+APP = "gpu-provision-verify"
+LABELS = {"app.kubernetes.io/name": APP, "app.kubernetes.io/part-of": "gpu-provision"}
+DEFAULT_IMAGE = "python:3.12-slim"
+IN_POD_PATHS = {"dev": "/host/dev", "sysfs": "/host/sys"}
+
+
+def pod_expectations(expect: dict[str, Any]) -> dict[str, Any]:
+    """Adapt a node's expectations to run inside the verification pod.
+
+    Host /dev and /sys are read from their mounts; the container check is left to SSH runs (a pod does not
+    start containers), and the allocatable check is made by ``collect`` (the pod has no node credentials).
+    """
+    adapted = json.loads(json.dumps(expect))
+    adapted["paths"] = dict(adapted.get("paths") or {}, **IN_POD_PATHS)
+    adapted["container"] = {"kind": "none"}
+    kube = dict(adapted.get("kubernetes") or {})
+    kube["enabled"] = False
+    adapted["kubernetes"] = kube
+    return adapted
+
+
+def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-provision",
+              image: str = DEFAULT_IMAGE, runtime_class: str = "nvidia") -> list[dict[str, Any]]:
+    """Namespace, ConfigMap and DaemonSet that verify every node in ``expectations`` (node name -> dict).
+
+    + image: any image with python3 (3.9 or newer); the NVIDIA runtime adds nvidia-smi and libcuda.so.1
+    + runtime_class: the RuntimeClass of the NVIDIA container runtime
+    """
+    if not expectations:
+        raise GpuProvisionError("no GPU nodes to verify in the cluster")
+    data = {f"{node}.json": json.dumps(pod_expectations(expect), indent=1, sort_keys=True)
+            for node, expect in sorted(expectations.items())}
+    command = (f"python3 /opt/gpu-provision/agent/{AGENT_FILENAME} --compact"
+               ' --expect "/opt/gpu-provision/expect/${NODE_NAME}.json"; exec sleep infinity')
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": APP, "namespace": namespace, "labels": LABELS},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/name": APP}},
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "runtimeClassName": runtime_class,
+                    "tolerations": [{"operator": "Exists"}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{
+                            "key": "kubernetes.io/hostname", "operator": "In",
+                            "values": sorted(expectations)}]}]}}},
+                    "containers": [{
+                        "name": "verify",
+                        "image": image,
+                        "command": ["/bin/sh", "-c", command],
+                        "env": [
+                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+                        ],
+                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                        "volumeMounts": [
+                            {"name": "agent", "mountPath": "/opt/gpu-provision/agent", "readOnly": True},
+                            {"name": "expect", "mountPath": "/opt/gpu-provision/expect", "readOnly": True},
+                            {"name": "host-dev", "mountPath": "/host/dev", "readOnly": True},
+                            {"name": "host-sys", "mountPath": "/host/sys", "readOnly": True},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "agent", "configMap": {"name": f"{APP}-agent"}},
+                        {"name": "expect", "configMap": {"name": f"{APP}-expect"}},
+                        {"name": "host-dev", "hostPath": {"path": "/dev", "type": "Directory"}},
+                        {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+                    ],
+                },
+            },
+        },
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": LABELS}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": f"{APP}-agent", "namespace": namespace, "labels": LABELS},
+         "binaryData": {AGENT_FILENAME: base64.b64encode(build_agent()).decode()}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": f"{APP}-expect", "namespace": namespace, "labels": LABELS}, "data": data},
+        daemonset,
+    ]
+
+
+def expectations_from_inventory(inventory: str) -> dict[str, dict[str, Any]]:
+    """Every GPU host's expectations (node name -> dict), from the same inventory the SSH path uses."""
+    from gpu_provision.verify.collect import load_inventory
+    from gpu_provision.verify.expect import expectations_for_host
+
+    result = {}
+    for host in load_inventory(inventory):
+        try:
+            expect = json.loads(expectations_for_host(host))
+        except GpuProvisionError as exc:
+            if "no GPUs" in str(exc):
+                continue
+            raise
+        result[expect["node"]] = expect
+    return result
+
+
+def manifests_yaml(inventory: str, namespace: str = "gpu-provision", image: str = DEFAULT_IMAGE) -> str:
+    """The manifests for ``inventory`` as one multi-document YAML stream (``kubectl apply -f -``)."""
+    docs = manifests(expectations_from_inventory(inventory), namespace, image)
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _kubectl(kubeconfig: str | None, *args: str) -> str:
+    argv = ["kubectl", *(["--kubeconfig", kubeconfig] if kubeconfig else []), *args]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise GpuProvisionError("kubectl not found (needed for --in-cluster)") from None
+    except subprocess.TimeoutExpired:
+        raise GpuProvisionError(f"kubectl {' '.join(args)}: timed out") from None
+    if done.returncode != 0:
+        raise GpuProvisionError(f"kubectl {' '.join(args)}: {done.stderr.strip()[:300]}")
+    return done.stdout
+
+
+def report_from_log(node: str, log: str) -> dict[str, Any] | None:
+    """The last report line in a pod's log, parsed; None when the agent has not printed one yet."""
+    lines = [line for line in log.splitlines() if line.startswith("{") and '"verify-report.v1"' in line]
+    return parse_report(node, lines[-1]) if lines else None
+
+
+def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_json: dict[str, Any] | None,
+                    error: str | None) -> dict[str, Any]:
+    """Append ``node.kubernetes.allocatable`` (decided by the agent's own rule) and recount the report."""
+    if expect is None or report["status"] == "error":
+        return report
+    check = agent_checks.allocatable_check(node_json, error, expect).to_dict()
+    checks = [c for c in report["checks"] if c["id"] != check["id"]] + [check]
+    counts = summarize([Check(id=c["id"], status=c["status"]) for c in checks])
+    return dict(report, checks=checks, summary=counts, status="fail" if counts["fail"] else "pass")
+
+
+def collect(namespace: str = "gpu-provision", kubeconfig: str | None = None,
+            limit: list[str] | None = None) -> list[dict[str, Any]]:
+    """Read every verification pod's report from its log; nodes whose pod has none get an error report."""
+    pods = json.loads(_kubectl(kubeconfig, "get", "pods", "-n", namespace, "-l",
+                               f"app.kubernetes.io/name={APP}", "-o", "json")).get("items", [])
+    cm = json.loads(_kubectl(kubeconfig, "get", "configmap", f"{APP}-expect", "-n", namespace, "-o", "json"))
+    expectations = {name.removesuffix(".json"): json.loads(text) for name, text in (cm.get("data") or {}).items()}
+    by_node = {pod["spec"].get("nodeName"): pod for pod in pods if pod["spec"].get("nodeName")}
+    reports = []
+    for node in sorted(expectations):
+        if limit and node not in limit:
+            continue
+        pod = by_node.get(node)
+        if pod is None:
+            reports.append(error_report(node, "no verification pod on this node (DaemonSet not scheduled?)"))
+            continue
+        log = _kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"], "-c", "verify")
+        report = report_from_log(node, log)
+        if report is None:
+            phase = (pod.get("status") or {}).get("phase", "unknown")
+            reports.append(error_report(node, f"pod {pod['metadata']['name']} ({phase}) has printed no report yet"))
+            continue
+        expect = expectations.get(node) or {}
+        try:
+            node_json, error = json.loads(_kubectl(kubeconfig, "get", "node", node, "-o", "json")), None
+        except GpuProvisionError as exc:
+            node_json, error = None, str(exc)
+        wanted = (expect.get("kubernetes") or {}).get("allocatable")
+        reports.append(add_allocatable(report, expect if wanted else None, node_json, error))
+    return reports
+
