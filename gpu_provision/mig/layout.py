@@ -1,0 +1,360 @@
+"""The MIG layout decision, as pure functions on plain data: desired placements vs. a node's probed state.
+
+This module is the single source of what must happen to a node's GPUs. The controller calls it (through
+:mod:`gpu_provision.mig.plan`) for ``--dry`` runs, drift and ``mig-assert``; the node-side applier
+(:mod:`gpu_provision.agent_mig.mig_apply`, shipped as ``mig_layout.py``) calls it to act. So it stays
+self-contained: Python 3.9+, standard library only, no imports from this project.
+
+Inputs:
+
+* desired, per GPU index: ``{"enabled": bool, "placements": [(profile, start, size), ...]}``;
+* the ``mig`` probe section (:mod:`gpu_provision.probe.sections.mig`): GPUs with ``mig_current``/``mig_pending``,
+  their GPU instances (``gis``, each with ``cis``), and GPU processes.
+
+Placement is given to the driver explicitly (``nvidia-smi mig -cgi <profile>:<start>``). NVIDIA's own pages do not
+show that syntax; third-party copies of ``nvidia-smi mig --help`` describe a "profile tuple" of a profile name or ID
+and an optional placement specifier, "a colon and a placement start index", and it is what NVML's
+``nvmlDeviceCreateGpuInstanceWithPlacement`` offers. Instances are also created largest first, in the planned order,
+and the applier reads ``-lgi`` back afterwards: a driver that placed an instance elsewhere is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Services that hold GPU handles, stopped before a change and started again after it, in stopping order.
+#: Instance changes need the Kubernetes side and DCGM gone (as NVIDIA mig-parted's hooks do); a MIG mode change
+#: or GPU reset also needs the persistence daemon and the fabric manager off the device.
+INSTANCE_HOLDERS = ("kubelet.service", "dcgm-exporter.service", "nvidia-dcgm.service", "nvsm.service",
+                    "nvidia-persistenced.service")
+MODE_HOLDERS = INSTANCE_HOLDERS + ("nvidia-fabricmanager.service",)
+CDI_OUTPUT = "/etc/cdi/nvidia.yaml"
+
+#: Action kinds in the order they run on a node.
+KINDS = ("refuse", "drain", "stop-services", "destroy-ci", "destroy-gi", "mig-mode", "reset", "create-gi",
+         "create-ci", "cdi-refresh", "start-services", "restart-device-plugin")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of a MIG change on a node."""
+
+    kind: str
+    gpu: int | None = None
+    gi: int | None = None
+    ci: int | None = None
+    profile: str | None = None
+    start: int | None = None
+    size: int | None = None
+    enable: bool | None = None
+    units: tuple[str, ...] = ()
+    pids: tuple[tuple[int, str], ...] = ()
+    reason: str = ""
+
+    def __str__(self) -> str:
+        where = "" if self.gpu is None else f"GPU {self.gpu}: "
+        if self.kind == "refuse":
+            return where + "refused: " + self.reason
+        if self.kind == "drain":
+            return where + "stop processes " + ", ".join(f"{pid} ({name})" for pid, name in self.pids)
+        if self.kind in ("stop-services", "start-services"):
+            return self.kind.split("-")[0] + " " + " ".join(self.units)
+        if self.kind == "destroy-ci":
+            return where + f"destroy compute instance {self.ci} of GPU instance {self.gi} ({self.profile})"
+        if self.kind == "destroy-gi":
+            return where + f"destroy GPU instance {self.gi} ({self.profile}@{self.start}:{self.size})"
+        if self.kind == "mig-mode":
+            return where + ("enable" if self.enable else "disable") + " MIG mode" + (
+                f" ({self.reason})" if self.reason else "")
+        if self.kind == "reset":
+            return where + "reset the GPU (" + self.reason + ")"
+        if self.kind == "create-gi":
+            return where + f"create {self.profile}@{self.start}:{self.size} with its compute instance"
+        if self.kind == "create-ci":
+            return where + f"create the compute instance of GPU instance {self.gi} ({self.profile})"
+        if self.kind == "cdi-refresh":
+            return "regenerate the CDI spec " + CDI_OUTPUT
+        if self.kind == "restart-device-plugin":
+            return "restart the device plugin"
+        return self.kind
+
+
+@dataclass
+class GpuPlan:
+    """The per-GPU part of a plan, before the node-wide steps are added."""
+
+    index: int
+    steps: list[Action] = field(default_factory=list)
+    mode_change: bool = False
+
+
+def fmt_placements(placements) -> str:
+    """``[("2g.35gb", 0, 2), ...]`` -> ``2g.35gb@0:2, ...`` (``none`` when empty), ordered by start."""
+    items = sorted(placements, key=lambda p: (p[1], p[0]))
+    return ", ".join(f"{p}@{s}:{z}" for p, s, z in items) or "none"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Placement planning (the same search as gpu_provision.spec.mig.plan, on a plain profile table)
+
+
+def _profile(table: dict, name: str) -> dict | None:
+    name = name[4:].strip() if name.startswith("MIG ") else name.strip()
+    for p in table["profiles"]:
+        if p["name"] == name or str(p["id"]) == name:
+            return p
+    return None
+
+
+def plan_placements(table: dict, counts: dict) -> list | None:
+    """Placements ``[(profile, start, size)]`` (ordered by start) for ``counts`` on a GPU with ``table``, or None.
+
+    ``table`` is ``{"memory_slices", "compute_slices", "profiles": [{name, id, memory_slices, compute_slices,
+    max_instances, starts}]}``, as :func:`mig_probe.profile_table` builds it from the driver's ``-lgip``/``-lgipp``.
+    Instances are placed most constrained first (largest, then fewest starts) by a depth-first search, so the
+    result equals the controller's planner for the same table.
+    """
+    instances = []
+    for name, count in counts.items():
+        if not count:
+            continue
+        profile = _profile(table, name)
+        if profile is None or count > profile["max_instances"]:
+            return None
+        instances.extend([profile] * count)
+    if sum(1 for p in instances if p["name"].endswith("+me")) > 1:
+        return None
+    instances.sort(key=lambda p: (-p["memory_slices"], len(p["starts"]), p["name"]))
+    used = [False] * table["memory_slices"]
+    chosen: list = []
+
+    def place(i: int, compute_left: int) -> bool:
+        if i == len(instances):
+            return True
+        profile = instances[i]
+        if profile["compute_slices"] > compute_left:
+            return False
+        for start in profile["starts"]:
+            span = range(start, start + profile["memory_slices"])
+            if span.stop > len(used) or any(used[s] for s in span):
+                continue
+            for s in span:
+                used[s] = True
+            chosen.append((profile["name"], start, profile["memory_slices"]))
+            if place(i + 1, compute_left - profile["compute_slices"]):
+                return True
+            chosen.pop()
+            for s in span:
+                used[s] = False
+        return False
+
+    if not place(0, table["compute_slices"]):
+        return None
+    return sorted(chosen, key=lambda p: p[1])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# mig-parted "version: v1" documents
+
+
+def layouts_from_migparted(doc: dict, config: str | None, gpus: list) -> dict:
+    """Per-GPU ``{"enabled", "profiles"}`` that mig-parted config ``config`` gives the probed ``gpus``.
+
+    An entry applies to GPUs whose PCI device id is in its ``device-filter`` (all when absent) and whose index is in
+    ``devices`` (``all`` or a list); later entries win, as in mig-parted. ``config`` may be None when the document
+    has exactly one config.
+    """
+    configs = doc.get("mig-configs") or {}
+    if config is None:
+        if len(configs) != 1:
+            raise ValueError(f"the layout file has {len(configs)} configs ({', '.join(configs)}); name one")
+        config = next(iter(configs))
+    if config not in configs:
+        raise ValueError(f"no config named {config!r} in the layout file (configs: {', '.join(configs)})")
+    out = {}
+    for entry in configs[config]:
+        filt = entry.get("device-filter")
+        wanted = None if filt is None else {f.lower() for f in ([filt] if isinstance(filt, str) else filt)}
+        for gpu in gpus:
+            if wanted is not None and gpu.get("pci_device_id", "").lower() not in wanted:
+                continue
+            if entry["devices"] != "all" and gpu["index"] not in entry["devices"]:
+                continue
+            out[gpu["index"]] = {"enabled": bool(entry["mig-enabled"]),
+                                 "profiles": dict(entry.get("mig-devices") or {})}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The decision
+
+
+def _full_ci(gi: dict) -> dict | None:
+    """The compute instance spanning the whole GPU instance (same profile name), if it exists."""
+    for ci in gi.get("cis", []):
+        if ci["profile"] == gi["profile"]:
+            return ci
+    return None
+
+
+def _teardown(gi: dict, index: int) -> list:
+    steps = [Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"])
+             for ci in sorted(gi.get("cis", []), key=lambda c: c["id"])]
+    steps.append(Action("destroy-gi", gpu=index, gi=gi["id"], profile=gi["profile"], start=gi["start"],
+                        size=gi["size"]))
+    return steps
+
+
+def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
+    """What GPU ``index`` needs to get from its probed state ``gpu`` to ``want``."""
+    plan = GpuPlan(index)
+    if gpu is None:
+        plan.steps.append(Action("refuse", gpu=index, reason=f"GPU {index} is not on this node"))
+        return plan
+    current, pending = gpu.get("mig_current"), gpu.get("mig_pending")
+    if current is None:
+        plan.steps.append(Action("refuse", gpu=index, reason=f"{gpu.get('name', 'this GPU')} does not support MIG"))
+        return plan
+    enabled = bool(want["enabled"])
+    gis = sorted(gpu.get("gis", []) if current else [], key=lambda g: (g["start"], g["id"]))
+    if not enabled:
+        for gi in gis:
+            plan.steps.extend(_teardown(gi, index))
+        if current:
+            plan.mode_change = True
+            plan.steps.append(Action("mig-mode", gpu=index, enable=False,
+                                     reason="a GPU reset follows if the change stays pending"))
+        elif pending:
+            plan.mode_change = True
+            plan.steps.append(Action("mig-mode", gpu=index, enable=False, reason="cancels a pending enable"))
+        return plan
+    remaining = [tuple(p) for p in want["placements"]]
+    keep = []
+    for gi in gis:
+        key = (gi["profile"], gi["start"], gi["size"])
+        if key in remaining:
+            remaining.remove(key)
+            keep.append(gi)
+        else:
+            plan.steps.extend(_teardown(gi, index))
+    if not current:
+        plan.mode_change = True
+        if pending:
+            plan.steps.append(Action("reset", gpu=index, reason="MIG enable is pending"))
+        else:
+            plan.steps.append(Action("mig-mode", gpu=index, enable=True,
+                                     reason="a GPU reset follows if the change stays pending"))
+    elif pending is False:
+        plan.mode_change = True
+        plan.steps.append(Action("mig-mode", gpu=index, enable=True, reason="cancels a pending disable"))
+    for gi in keep:
+        full = _full_ci(gi)
+        for ci in sorted(gi.get("cis", []), key=lambda c: c["id"]):
+            if ci is not full:
+                plan.steps.append(Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"]))
+        if full is None:
+            plan.steps.append(Action("create-ci", gpu=index, gi=gi["id"], profile=gi["profile"]))
+    for profile, start, size in sorted(remaining, key=lambda p: (-p[2], p[1])):
+        plan.steps.append(Action("create-gi", gpu=index, profile=profile, start=start, size=size))
+    return plan
+
+
+def _order(steps: list) -> list:
+    rank = {k: i for i, k in enumerate(KINDS)}
+    return sorted(steps, key=lambda a: (rank[a.kind], -1 if a.gpu is None else a.gpu))
+
+
+def plan_node(desired: dict, snapshot: dict, active_units=(), allow_drain: bool = False,
+              device_plugin: bool = True) -> list:
+    """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
+
+    GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
+    name), unless ``allow_drain``: then a ``drain`` action stops them first. Holder services among ``active_units``
+    are stopped before the first change and started after the last; the CDI spec is regenerated and the device
+    plugin restarted after any change.
+    """
+    gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
+    if snapshot.get("smi_rc") not in (0, None) or (snapshot.get("error") and not gpus):
+        return [Action("refuse", reason="nvidia-smi failed: " + str(snapshot.get("error") or "")[:200])]
+    steps: list = []
+    mode_change = False
+    for index in sorted(desired):
+        plan = gpu_steps(index, desired[index], gpus.get(index))
+        if not plan.steps:
+            continue
+        if any(a.kind == "refuse" for a in plan.steps):
+            steps.extend(a for a in plan.steps if a.kind == "refuse")
+            continue
+        uuid = gpus[index]["uuid"]
+        holders = tuple((p["pid"], p["name"]) for p in snapshot.get("processes", [])
+                        if p.get("gpu") == index or p.get("gpu_uuid") == uuid)
+        if holders and not allow_drain:
+            names = ", ".join(f"{pid} ({name})" for pid, name in holders)
+            steps.append(Action("refuse", gpu=index, pids=holders,
+                                reason=f"GPU {index} is in use by {names}; stop them or set mig.allow_drain"))
+            continue
+        if holders:
+            steps.append(Action("drain", gpu=index, pids=holders))
+        steps.extend(plan.steps)
+        mode_change = mode_change or plan.mode_change
+    if not steps or any(a.kind == "refuse" for a in steps):
+        return _order([a for a in steps if a.kind == "refuse"])
+    active = set(active_units)
+    units = [u for u in (MODE_HOLDERS if mode_change else INSTANCE_HOLDERS) if u in active]
+    if units:
+        steps.append(Action("stop-services", units=tuple(units)))
+        steps.append(Action("start-services", units=tuple(reversed(units))))
+    steps.append(Action("cdi-refresh"))
+    if device_plugin:
+        steps.append(Action("restart-device-plugin"))
+    return _order(steps)
+
+
+def commands(action: Action) -> list:
+    """The argv lists that carry out ``action`` (``drain``, ``refuse`` and device plugin restarts are done by the
+    applier itself and have none)."""
+    g = str(action.gpu)
+    if action.kind == "stop-services":
+        return [["systemctl", "stop", *action.units]]
+    if action.kind == "start-services":
+        return [["systemctl", "start", *action.units]]
+    if action.kind == "destroy-ci":
+        return [["nvidia-smi", "mig", "-i", g, "-gi", str(action.gi), "-ci", str(action.ci), "-dci"]]
+    if action.kind == "destroy-gi":
+        return [["nvidia-smi", "mig", "-i", g, "-gi", str(action.gi), "-dgi"]]
+    if action.kind == "mig-mode":
+        return [["nvidia-smi", "-i", g, "-mig", "1" if action.enable else "0"]]
+    if action.kind == "reset":
+        return [["nvidia-smi", "-r", "-i", g]]
+    if action.kind == "create-gi":
+        return [["nvidia-smi", "mig", "-i", g, "-cgi", f"{action.profile}:{action.start}", "-C"]]
+    if action.kind == "create-ci":
+        return [["nvidia-smi", "mig", "-i", g, "-gi", str(action.gi), "-cci"]]
+    if action.kind == "cdi-refresh":
+        return [["nvidia-ctk", "cdi", "generate", "--output=" + CDI_OUTPUT]]
+    return []
+
+
+def actual_placements(gpu: dict) -> list:
+    """``[(profile, start, size)]`` of a probed GPU's instances (empty with MIG off)."""
+    if not gpu.get("mig_current"):
+        return []
+    return [(gi["profile"], gi["start"], gi["size"]) for gi in gpu.get("gis", [])]
+
+
+def describe_gpu(gpu: dict | None) -> str:
+    """A probed GPU's MIG state in one phrase: ``MIG disabled``, ``MIG enable pending``, or its placements."""
+    if gpu is None:
+        return "no such GPU"
+    current, pending = gpu.get("mig_current"), gpu.get("mig_pending")
+    if current is None:
+        return "MIG not supported"
+    if not current:
+        return "MIG enable pending" if pending else "MIG disabled"
+    text = fmt_placements(actual_placements(gpu))
+    missing_ci = [gi for gi in gpu.get("gis", []) if _full_ci(gi) is None]
+    if missing_ci:
+        text += " (no compute instance on " + ", ".join(f"GPU instance {gi['id']}" for gi in missing_ci) + ")"
+    if pending is False:
+        text += " (MIG disable pending)"
+    return text

@@ -1,0 +1,283 @@
+"""MIG and vGPU state of a node: MIG mode per GPU, GPU and compute instances, GPU processes, SR-IOV/vGPU sysfs.
+
+Reads ``nvidia-smi --query-gpu`` (mode current/pending, PCI device id), ``nvidia-smi mig -lgi`` and ``-lci``
+(instances with their ``Start:Size`` placements), ``nvidia-smi --query-compute-apps`` (processes holding a GPU)
+and, for vGPU hosts, ``/sys/bus/pci/devices/<BDF>/{sriov_totalvfs,sriov_numvfs,virtfn*}`` and
+``<VF>/nvidia/{creatable_vgpu_types,current_vgpu_type}``. With ``{"tables": true}`` it also reads the driver's own
+profile tables (``mig -lgip`` and ``-lgipp``), which answer with MIG disabled.
+
+The parsers follow the driver's printed formats (NVIDIA MIG user guide examples and the captured H200 outputs in
+tests/fixtures/h200), e.g. ``|   0  MIG 1g.18gb         19        7          0:1     |``. This module is also
+shipped to nodes as ``mig_probe.py`` for the layout applier, so it must stay self-contained: Python 3.9+, stdlib.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+
+QUERY = "index,uuid,name,pci.bus_id,pci.device_id,mig.mode.current,mig.mode.pending"
+APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
+VGPU_STATE_FILE = "/var/lib/gpu-provision/vgpu-types.json"
+
+_PLACEMENT = re.compile(r"^(\d+):(\d+)$")
+_LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]*)\}:(\d+)\s*$")
+_TYPE_LINE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*$")
+
+
+def run(args, timeout=60):
+    """Run a command; returns (exit status or None when it could not start, combined output)."""
+    try:
+        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              check=False, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, str(exc)
+    return proc.returncode, proc.stdout
+
+
+def _mode(value):
+    value = value.strip()
+    if value == "Enabled":
+        return True
+    if value == "Disabled":
+        return False
+    return None
+
+
+def parse_query_gpu(text):
+    """GPUs from ``--query-gpu=QUERY --format=csv,noheader`` lines."""
+    keys = QUERY.split(",")
+    gpus = []
+    for line in text.strip().splitlines():
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != len(keys):
+            continue
+        row = dict(zip(keys, values))
+        gpus.append({
+            "index": int(row["index"]),
+            "uuid": row["uuid"],
+            "name": row["name"],
+            "bus_id": row["pci.bus_id"],
+            "pci_device_id": row["pci.device_id"],
+            "mig_current": _mode(row["mig.mode.current"]),
+            "mig_pending": _mode(row["mig.mode.pending"]),
+        })
+    return gpus
+
+
+def _table_rows(text):
+    """Token lists of the data rows of an nvidia-smi box table (rows that name a ``MIG`` profile)."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not (line.startswith("|") and line.endswith("|")):
+            continue
+        tokens = line.strip("|").split()
+        if "MIG" in tokens:
+            rows.append(tokens)
+    return rows
+
+
+def _placement(token):
+    match = _PLACEMENT.match(token)
+    if not match:
+        raise ValueError("not a Start:Size placement: " + token)
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_lgi(text):
+    """GPU instances from ``nvidia-smi mig -lgi``: ``[{gpu, profile, profile_id, id, start, size}]``.
+
+    Columns: GPU, Name (``MIG <profile>``), Profile ID, Instance ID, Placement ``Start:Size``. The "No MIG-enabled
+    devices found." and "No GPU instances found" answers give an empty list.
+    """
+    out = []
+    for tokens in _table_rows(text):
+        at = tokens.index("MIG")
+        if at != 1 or len(tokens) < 6:
+            continue
+        start, size = _placement(tokens[5])
+        out.append({"gpu": int(tokens[0]), "profile": tokens[2], "profile_id": int(tokens[3]),
+                    "id": int(tokens[4]), "start": start, "size": size})
+    return out
+
+
+def parse_lci(text):
+    """Compute instances from ``nvidia-smi mig -lci``: ``[{gpu, gi, profile, profile_id, id, start, size}]``.
+
+    Columns: GPU, GPU instance ID, Name (``MIG <profile>``; the full-size one has the GPU instance's profile name,
+    smaller ones a ``<n>c.`` prefix), Profile ID, Instance ID, Placement ``Start:Size`` (compute slices).
+    """
+    out = []
+    for tokens in _table_rows(text):
+        at = tokens.index("MIG")
+        if at != 2 or len(tokens) < 7:
+            continue
+        start, size = _placement(tokens[6])
+        out.append({"gpu": int(tokens[0]), "gi": int(tokens[1]), "profile": tokens[3],
+                    "profile_id": int(tokens[4].rstrip("*")), "id": int(tokens[5]), "start": start, "size": size})
+    return out
+
+
+def parse_lgip(text):
+    """Profiles from ``nvidia-smi mig -lgip``: ``{gpu: [{name, id, free, total}]}``."""
+    out = {}
+    for tokens in _table_rows(text):
+        if tokens.index("MIG") != 1 or len(tokens) < 5 or "/" not in tokens[4]:
+            continue
+        free, total = tokens[4].split("/", 1)
+        out.setdefault(int(tokens[0]), []).append(
+            {"name": tokens[2], "id": int(tokens[3]), "free": int(free), "total": int(total)})
+    return out
+
+
+def parse_lgipp(text):
+    """Placements from ``nvidia-smi mig -lgipp``: ``{gpu: {profile_id: (starts, size)}}``."""
+    out = {}
+    for line in text.splitlines():
+        match = _LGIPP.match(line.strip())
+        if not match:
+            continue
+        starts = [int(s) for s in match.group(3).split(",") if s]
+        out.setdefault(int(match.group(1)), {})[int(match.group(2))] = (starts, int(match.group(4)))
+    return out
+
+
+def profile_table(lgip_rows, placements):
+    """One GPU's profile table from its ``-lgip`` rows and ``-lgipp`` placements.
+
+    ``{"memory_slices", "compute_slices", "profiles": [{name, id, memory_slices, compute_slices, max_instances,
+    starts}]}``; compute slices come from the profile name (``3g.71gb`` = 3 of the GPU's compute slices).
+    """
+    profiles = []
+    for row in lgip_rows:
+        if row["id"] not in placements:
+            continue
+        starts, size = placements[row["id"]]
+        compute = int(row["name"].split("g.", 1)[0])
+        profiles.append({"name": row["name"], "id": row["id"], "memory_slices": size, "compute_slices": compute,
+                         "max_instances": row["total"], "starts": starts})
+    return {
+        "memory_slices": max([s + p["memory_slices"] for p in profiles for s in p["starts"]] or [0]),
+        "compute_slices": max([p["compute_slices"] for p in profiles] or [0]),
+        "profiles": profiles,
+    }
+
+
+def parse_compute_apps(text, gpus):
+    """Processes from ``--query-compute-apps=APPS_QUERY --format=csv,noheader,nounits``, with the GPU index."""
+    by_uuid = {g["uuid"]: g["index"] for g in gpus}
+    out = []
+    for line in text.strip().splitlines():
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != 4 or not values[0].isdigit():
+            continue
+        out.append({"pid": int(values[0]), "name": values[1], "gpu_uuid": values[2],
+                    "gpu": by_uuid.get(values[2]), "used_memory_mib": values[3]})
+    return out
+
+
+def parse_vgpu_types(text):
+    """``creatable_vgpu_types`` lines ``<id> : <name>`` as ``{name: id}`` (other lines, such as a header, skipped)."""
+    out = {}
+    for line in text.splitlines():
+        match = _TYPE_LINE.match(line)
+        if match:
+            out[match.group(2)] = int(match.group(1))
+    return out
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def sysfs_address(bus_id):
+    """nvidia-smi's ``00000000:41:00.0`` as sysfs spells it: ``0000:41:00.0``."""
+    domain, _, rest = bus_id.lower().partition(":")
+    return domain[-4:].rjust(4, "0") + ":" + rest
+
+
+def read_vgpu(sysfs_root, addresses):
+    """SR-IOV and vGPU state of the physical functions ``addresses`` under ``sysfs_root``."""
+    out = {}
+    for address in addresses:
+        base = os.path.join(sysfs_root, "bus", "pci", "devices", address)
+        if not os.path.isdir(base):
+            continue
+        total = _read(os.path.join(base, "sriov_totalvfs"))
+        numvfs = _read(os.path.join(base, "sriov_numvfs"))
+        vfs = []
+        links = glob.glob(os.path.join(base, "virtfn*"))
+        for link in sorted(links, key=lambda p: int(os.path.basename(p)[6:] or 0)):
+            vf = os.path.basename(os.path.realpath(link))
+            vf_dir = os.path.join(sysfs_root, "bus", "pci", "devices", vf, "nvidia")
+            creatable = _read(os.path.join(vf_dir, "creatable_vgpu_types"))
+            current = _read(os.path.join(vf_dir, "current_vgpu_type"))
+            vfs.append({
+                "address": vf,
+                "creatable": parse_vgpu_types(creatable) if creatable is not None else None,
+                "current": int(current.strip() or 0) if current is not None else None,
+            })
+        out[address] = {
+            "sriov_totalvfs": int(total.strip()) if total and total.strip().isdigit() else None,
+            "sriov_numvfs": int(numvfs.strip()) if numvfs and numvfs.strip().isdigit() else None,
+            "vfs": vfs,
+        }
+    return out
+
+
+def collect(request):
+    """Read the node's MIG (and, with ``{"vgpu": true}``, vGPU) state.
+
+    ``request``: ``{"tables": bool, "vgpu": bool, "sysfs": "/sys"}``. Never changes anything.
+    """
+    request = request or {}
+    rc, text = run(["nvidia-smi", "--query-gpu=" + QUERY, "--format=csv,noheader"])
+    out = {"smi_rc": rc, "error": None, "gpus": [], "processes": []}
+    if rc != 0:
+        out["error"] = (text or "").strip()[-500:]
+        return out
+    gpus = parse_query_gpu(text)
+    out["gpus"] = gpus
+    if any(g["mig_current"] for g in gpus):
+        _, lgi = run(["nvidia-smi", "mig", "-lgi"])
+        _, lci = run(["nvidia-smi", "mig", "-lci"])
+        gis = parse_lgi(lgi)
+        cis = parse_lci(lci)
+        for gpu in gpus:
+            gpu["gis"] = []
+            for gi in gis:
+                if gi["gpu"] != gpu["index"]:
+                    continue
+                entry = {k: gi[k] for k in ("id", "profile", "profile_id", "start", "size")}
+                entry["cis"] = [{k: ci[k] for k in ("id", "profile", "profile_id", "start", "size")}
+                                for ci in cis if ci["gpu"] == gpu["index"] and ci["gi"] == gi["id"]]
+                gpu["gis"].append(entry)
+    for gpu in gpus:
+        gpu.setdefault("gis", [])
+    rc, apps = run(["nvidia-smi", "--query-compute-apps=" + APPS_QUERY, "--format=csv,noheader,nounits"])
+    out["processes"] = parse_compute_apps(apps, gpus) if rc == 0 else []
+    if rc != 0:
+        out["error"] = "--query-compute-apps failed: " + (apps or "").strip()[-300:]
+    if request.get("tables"):
+        _, lgip = run(["nvidia-smi", "mig", "-lgip"])
+        _, lgipp = run(["nvidia-smi", "mig", "-lgipp"])
+        rows, places = parse_lgip(lgip), parse_lgipp(lgipp)
+        out["tables"] = {str(g["index"]): profile_table(rows.get(g["index"], []), places.get(g["index"], {}))
+                         for g in gpus}
+    if request.get("vgpu"):
+        sysfs = request.get("sysfs") or "/sys"
+        out["vgpu"] = read_vgpu(sysfs, [sysfs_address(g["bus_id"]) for g in gpus])
+        try:
+            known = json.loads(_read(request.get("vgpu_state_file") or VGPU_STATE_FILE) or "{}")
+        except ValueError:
+            known = {}
+        out["vgpu_known_types"] = known if isinstance(known, dict) else {}
+    return out
