@@ -4,7 +4,7 @@ Reads ``nvidia-smi --query-gpu`` (mode current/pending, PCI device id), ``nvidia
 (instances with their ``Start:Size`` placements), ``nvidia-smi --query-compute-apps`` (processes holding a GPU)
 and, for vGPU hosts, ``/sys/bus/pci/devices/<BDF>/{sriov_totalvfs,sriov_numvfs,virtfn*}`` and
 ``<VF>/nvidia/{creatable_vgpu_types,current_vgpu_type}``. With ``{"tables": true}`` it also reads the driver's own
-profile tables (``mig -lgip`` and ``-lgipp``), which answer with MIG disabled.
+profile tables (``mig -lgip`` and ``-lgipp``), which answer with MIG disabled; ``{"vgpu": false}`` skips sysfs.
 
 The parsers follow the driver's printed formats (NVIDIA MIG user guide examples and the captured H200 outputs in
 tests/fixtures/h200), e.g. ``|   0  MIG 1g.18gb         19        7          0:1     |``. This module is also
@@ -234,9 +234,10 @@ def read_vgpu(sysfs_root, addresses):
 
 
 def collect(request):
-    """Read the node's MIG (and, with ``{"vgpu": true}``, vGPU) state.
+    """Read the node's MIG and vGPU state.
 
-    ``request``: ``{"tables": bool, "vgpu": bool, "sysfs": "/sys"}``. Never changes anything.
+    ``request``: ``{"tables": bool (default off), "vgpu": bool (default on), "sysfs": "/sys"}``. Never changes
+    anything.
     """
     request = request or {}
     rc, text = run(["nvidia-smi", "--query-gpu=" + QUERY, "--format=csv,noheader"])
@@ -272,7 +273,8 @@ def collect(request):
         rows, places = parse_lgip(lgip), parse_lgipp(lgipp)
         out["tables"] = {str(g["index"]): profile_table(rows.get(g["index"], []), places.get(g["index"], {}))
                          for g in gpus}
-    if request.get("vgpu"):
+    # Reading SR-IOV state is a few sysfs reads per GPU, so it is on unless asked off.
+    if request.get("vgpu", True):
         sysfs = request.get("sysfs") or "/sys"
         out["vgpu"] = read_vgpu(sysfs, [sysfs_address(g["bus_id"]) for g in gpus])
         try:

@@ -1,0 +1,82 @@
+"""``mig-assert``: read this machine's GPUs and show the MIG plan a node's layout would need, changing nothing.
+
+Runs the probe's ``mig`` section locally (no SSH) and compares it with the node's layouts from a cluster file, like
+``nvidia-mig-parted assert``: exit status 0 when every GPU has its layout, 1 when a change would be made (the plan is
+printed, with the exact commands), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+
+from gpu_provision import agent_mig
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.mig import layout
+from gpu_provision.mig.layout import MODE_HOLDERS
+from gpu_provision.mig.plan import desired_placements, layout_drift, mig_actions
+from gpu_provision.probe.sections import mig as mig_probe
+from gpu_provision.spec import catalog, load_cluster
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``mig-assert``."""
+    p = sub.add_parser("mig-assert", help="show the MIG plan for this machine's GPUs without applying it")
+    p.add_argument("--node-file", required=True, help="cluster file that describes the node")
+    p.add_argument("--node", required=True, help="node name in that file")
+    p.add_argument("--json", action="store_true", help="print the comparison and plan as JSON")
+    p.set_defaults(handler=mig_assert)
+
+
+def local_active_units() -> set[str]:
+    """GPU-holding services active on this machine (none where systemd cannot be asked)."""
+    if not shutil.which("systemctl"):
+        return set()
+    units = sorted(MODE_HOLDERS)
+    proc = subprocess.run(["systemctl", "is-active", *units], capture_output=True, text=True, check=False)
+    return {u for u, s in zip(units, proc.stdout.split()) if s == "active"}
+
+
+def mig_assert(args: argparse.Namespace) -> int:
+    """Compare this machine's GPUs with the node's layouts; print the plan; exit 1 when it is not empty."""
+    cluster = load_cluster(args.node_file)
+    try:
+        node = cluster.node(args.node)
+    except KeyError:
+        raise GpuProvisionError(f"{args.node_file}: no node named {args.node}") from None
+    if not node.mig.layouts:
+        raise GpuProvisionError(f"{args.node_file}: node {args.node} has no MIG layout")
+    model = catalog.model(node.gpus.model) if node.gpus.model else None
+    snapshot = mig_probe.collect({"vgpu": False})
+    if snapshot.get("smi_rc") != 0:
+        raise GpuProvisionError(f"nvidia-smi failed: {snapshot.get('error')}")
+    units = local_active_units()
+    actions = mig_actions(node.mig.layouts, snapshot, model, active_units=units, allow_drain=node.mig.allow_drain)
+    desired = desired_placements(node.mig.layouts, model)
+    gpus = {g["index"]: g for g in snapshot["gpus"]}
+    if args.json:
+        print(json.dumps({
+            "node": node.name,
+            "gpus": {str(i): {"expected": layout.fmt_placements(d["placements"]) if d["enabled"] else "MIG disabled",
+                              "found": layout.describe_gpu(gpus.get(i))} for i, d in sorted(desired.items())},
+            "drift": layout_drift(node.mig.layouts, snapshot, model),
+            "plan": [{"step": str(a), "commands": layout.commands(a)} for a in actions],
+            "applier": agent_mig.apply_command(node, "apply"),
+        }, indent=2))
+        return 1 if actions else 0
+    print(f"{node.name}: {len(snapshot['gpus'])} GPU(s) here, {len(desired)} with a layout in {args.node_file}")
+    for index, want in sorted(desired.items()):
+        expected = layout.fmt_placements(want["placements"]) if want["enabled"] else "MIG disabled"
+        print(f"  GPU {index}: expected {expected}")
+        print(f"  GPU {index}: found    {layout.describe_gpu(gpus.get(index))}")
+    if not actions:
+        print("every GPU has its layout: nothing to do")
+        return 0
+    print("plan (not applied):")
+    for n, action in enumerate(actions, 1):
+        print(f"  {n:>2}. {action}")
+        for argv in layout.commands(action):
+            print("        $ " + " ".join(argv))
+    return 1

@@ -1,0 +1,73 @@
+"""The MIG layout operation: compare the node's GPUs with the cluster file's layouts, apply only the difference.
+
+The decision is :func:`gpu_provision.mig.plan.mig_actions` on the node's probed ``mig`` section; the change itself is
+made on the node by the installed applier (``mig_apply.py apply``), which re-checks the node, stops and restarts the
+services holding the GPUs, finishes pending MIG mode changes (GPU reset, else a reboot where the file allows it),
+regenerates the CDI spec and restarts the device plugin. A node in use by user processes fails with their pids and
+names unless ``mig.allow_drain`` is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from gpu_provision import agent_mig
+from gpu_provision.mig.layout import MODE_HOLDERS, Action
+from gpu_provision.mig.plan import mig_actions
+from gpu_provision.operations.commands import current_state, fail_command, mark_changed
+from gpu_provision.spec import catalog
+from gpu_provision.spec.model import Node
+from gpu_provision.state import NodeStateData, Request
+
+REQUEST = Request(sections={"system", "mig"}, units=set(MODE_HOLDERS))
+
+
+def active_units(state: NodeStateData) -> set[str]:
+    """The GPU-holding services that run on the node now."""
+    out = set()
+    for name in MODE_HOLDERS:
+        unit = state.unit(name)
+        if unit is not None and unit.loaded and unit.active in ("active", "activating", "reloading"):
+            out.add(name)
+    return out
+
+
+def node_actions(node: Node, state: NodeStateData) -> list[Action]:
+    """The MIG actions ``node`` needs, given its probed state."""
+    model = catalog.model(node.gpus.model) if node.gpus.model else None
+    return mig_actions(node.mig.layouts, state.section("mig"), model, active_units=active_units(state),
+                       allow_drain=node.mig.allow_drain, device_plugin=True)
+
+
+def commands_for(node: Node, actions: list[Action]) -> list[str]:
+    """Shell commands for ``actions``: one failing command naming the refusals, or the applier run."""
+    refusals = [a for a in actions if a.kind == "refuse"]
+    if refusals:
+        return [fail_command("; ".join(str(a) for a in refusals))]
+    return [agent_mig.apply_command(node, "apply")] if actions else []
+
+
+@operation()
+def layout(node: Node, request: Request | None = None) -> Any:
+    """MIG mode, GPU instances and compute instances of every GPU of ``node`` as its layouts say.
+
+    + node: the typed node (``node.mig.layouts`` with planned placements)
+    + request: extra probe request to merge (the stage's whole request, so one probe serves all)
+
+    The applier and the layout file must be installed first (``stages.mig`` does that). Yields nothing when every
+    GPU already has its layout.
+
+    .. code:: python
+
+        mig.layout(name="MIG layout", node=node_for(host))
+    """
+    state = current_state(host, REQUEST.merge(request or Request()))
+    actions = node_actions(node, state)
+    if not actions:
+        host.noop(f"MIG layout of {len(node.mig.layouts)} GPU(s) already as wanted")
+        return
+    mark_changed(host)
+    yield from commands_for(node, actions)

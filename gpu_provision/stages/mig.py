@@ -1,0 +1,127 @@
+"""Stage: MIG layouts and vGPU types, kept across reboots.
+
+Wants: the node-side applier (``/usr/local/lib/gpu-provision/mig/``), the node's layout in mig-parted ``version: v1``
+format (``/etc/gpu-provision/mig-layout.yaml``, written as JSON so the standard library reads it and a site running
+NVIDIA's mig-manager can use the same file), the vGPU file on vGPU hosts, and ``gpu-provision-mig.service``, which
+applies both at boot before the container runtime and kubelet start. Its own differences: per-GPU layout drift
+(``GPU 0: expected 2g.35gb@0:2, ...; found ...``) and vGPU types. Nodes without MIG layouts or vGPU types are left
+alone.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from gpu_provision import agent_mig
+from gpu_provision.desired import Difference, FileWant, UnitWant, Want, request_for
+from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.mig import vgpu as vgpu_plan
+from gpu_provision.mig.layout import MODE_HOLDERS
+from gpu_provision.mig.plan import layout_drift
+from gpu_provision.operations import commands, files
+from gpu_provision.operations import mig as mig_ops
+from gpu_provision.operations import vgpu as vgpu_ops
+from gpu_provision.spec import catalog
+from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.state import NodeStateData, Request
+
+NAME = "mig"
+
+
+def managed(node: Node) -> bool:
+    """Whether this stage manages ``node`` (it has MIG layouts or vGPU types)."""
+    return bool(node.mig.layouts or node.vgpu)
+
+
+def file_wants(node: Node) -> list[FileWant]:
+    """The applier, the layout and vGPU files, and the boot unit."""
+    if not managed(node):
+        return []
+    out = [FileWant(path, content=text, mode="0755" if path == agent_mig.APPLIER else "0644", backup=False)
+           for path, text in sorted(agent_mig.applier_files().items())]
+    if node.mig.layouts:
+        out.append(FileWant(agent_mig.LAYOUT_FILE, content=agent_mig.layout_text(node)))
+    if node.vgpu:
+        out.append(FileWant(agent_mig.VGPU_FILE, content=agent_mig.vgpu_text(node)))
+    out.append(FileWant(agent_mig.UNIT_PATH, content=agent_mig.unit_text(node)))
+    return out
+
+
+def wants(node: Node, cluster: Cluster, state: NodeStateData | None = None) -> list[Want]:
+    """Files and the boot unit (enabled; it is a oneshot that has run when the node booted with the layout)."""
+    found: list[Want] = list(file_wants(node))
+    if found:
+        found.append(UnitWant(agent_mig.UNIT_NAME, enabled=True, running=None))
+    return found
+
+
+def request(node: Node, cluster: Cluster) -> Request:
+    """Files and units of :func:`wants`, the GPU-holding services, and the probe's ``mig`` section."""
+    if not managed(node):
+        return Request()
+    req = request_for(wants(node, cluster))
+    req.sections.add("mig")
+    req.units.update(MODE_HOLDERS)
+    return req
+
+
+def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
+    """Per-GPU MIG layout drift and vGPU type drift."""
+    if not managed(node):
+        return []
+    section = state.section("mig")
+    out: list[Difference] = []
+    if node.mig.layouts:
+        model = catalog.model(node.gpus.model) if node.gpus.model else None
+        for line in layout_drift(node.mig.layouts, section, model):
+            gpu, _, rest = line.partition(": ")
+            expected, _, found = rest.removeprefix("expected ").partition("; found ")
+            out.append(Difference("mig-layout", gpu, expected, found, NAME))
+    if node.vgpu:
+        for step in vgpu_plan.plan_vgpu(dict(node.vgpu), section):
+            out.append(Difference("vgpu", f"GPU {step.gpu}", node.vgpu.get(step.gpu, ""), _vgpu_found(step, section),
+                                  NAME))
+    return out
+
+
+def _vgpu_found(step: vgpu_plan.VgpuAction, section: dict) -> str:
+    if step.kind == "refuse":
+        return step.reason
+    if step.kind == "enable-vfs":
+        return "virtual functions not enabled"
+    pf = (section.get("vgpu") or {}).get(step.address) or {}
+    held = vgpu_plan.held(pf, section.get("vgpu_known_types") or {})
+    if step.kind == "clear":
+        return f"VF {step.address} holds vGPU type {step.type_id}"
+    return f"{len(held)} vGPU(s) held; VF {step.address} still offers the type"
+
+
+def _unit_needed(state: NodeStateData) -> str | None:
+    unit = state.unit(agent_mig.UNIT_NAME)
+    if unit is None or not unit.loaded:
+        return "not installed"
+    return None if unit.enabled == "enabled" else f"is {unit.enabled or 'disabled'}"
+
+
+@deploy("MIG layout and vGPU types")
+def mig_stage() -> None:
+    """Install the applier, the layout files and the boot unit, then apply the layout and the vGPU types."""
+    node = node_for(host)
+    cluster = cluster_for(host)
+    if not managed(node):
+        host.noop("no MIG layout or vGPU types for this node")
+        return
+    req = request(node, cluster)
+    files.wants(name="MIG applier, layout files and boot unit", wants=file_wants(node), request=req)
+    commands.guarded(
+        name="Enable gpu-provision-mig.service",
+        command=f"systemctl daemon-reload && systemctl enable {agent_mig.UNIT_NAME}",
+        needed=_unit_needed,
+        request=Request(units={agent_mig.UNIT_NAME}),
+        noop=f"{agent_mig.UNIT_NAME} enabled",
+    )
+    if node.mig.layouts:
+        mig_ops.layout(name="MIG layout", node=node, request=req)
+    if node.vgpu:
+        vgpu_ops.types(name="vGPU types", node=node, request=req)
