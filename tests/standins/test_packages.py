@@ -1,0 +1,299 @@
+"""Stand-in .debs: metadata, reuse of unchanged builds, and the programs run from an extracted tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import H200X2_HOST
+
+from gpu_provision.rig import debs
+
+EXPECTED = {
+    ("cuda", "nvidia-driver"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "nvidia-kernel-open-dkms"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "nvidia-kernel-dkms"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "nvidia-open"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "cuda-drivers"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "nvidia-fabricmanager"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "datacenter-gpu-manager"): ["1:3.3.9"],
+    ("libnvidia-container", "nvidia-container-toolkit"): ["1.17.8-1"],
+    ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1"],
+    ("libnvidia-container", "libnvidia-container-tools"): ["1.17.8-1"],
+    ("libnvidia-container", "libnvidia-container1"): ["1.17.8-1"],
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> list[debs.BuiltDeb]:
+    return debs.build_all(tmp_path_factory.mktemp("debs"))
+
+
+def field(deb: Path, name: str) -> str:
+    return subprocess.run(["dpkg-deb", "--field", str(deb), name], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def contents(deb: Path) -> set[str]:
+    out = subprocess.run(["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1].lstrip(".") for line in out.splitlines() if not line.startswith("d")}
+
+
+def find(built: list[debs.BuiltDeb], name: str, version: str | None = None) -> Path:
+    return next(d.path for d in built if d.name == name and (version is None or d.version == version))
+
+
+def test_every_package_and_version_is_built(built: list[debs.BuiltDeb]) -> None:
+    got: dict[tuple[str, str], list[str]] = {}
+    for deb in built:
+        got.setdefault((deb.repo, deb.name), []).append(deb.version)
+        assert field(deb.path, "Package") == deb.name
+        assert field(deb.path, "Version") == deb.version
+        assert field(deb.path, "Description").startswith("Stand-in for the test rig:")
+        assert field(deb.path, "Architecture") == "amd64"
+    assert {k: sorted(v) for k, v in got.items() if k[0] != "kubernetes"} == {k: sorted(v) for k, v in EXPECTED.items()}
+
+
+def test_relations_and_paths(built: list[debs.BuiltDeb]) -> None:
+    driver = find(built, "nvidia-driver", "580.159.04-1")
+    assert "nvidia-kernel-open-dkms (= 580.159.04-1) | nvidia-kernel-dkms (= 580.159.04-1)" in field(driver, "Depends")
+    assert {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-persistenced", "/lib/systemd/system/nvidia-persistenced.service",
+            "/usr/lib/gpu-sim/gpusim.py", "/usr/share/gpu-sim/gpus/H200.json"} <= contents(driver)
+    open_km = find(built, "nvidia-kernel-open-dkms", "580.126.09-1")
+    assert field(open_km, "Conflicts") == "nvidia-kernel-dkms"
+    assert {"/usr/src/nvidia-580.126.09/gpu-sim-flavour", "/lib/systemd/system/nvidia-sim-load.service",
+            "/usr/lib/gpu-sim/version"} <= contents(open_km)
+    assert field(find(built, "nvidia-kernel-dkms"), "Conflicts") == "nvidia-kernel-open-dkms"
+    assert field(find(built, "nvidia-open", "580.159.04-1"), "Depends") == (
+        "nvidia-driver (= 580.159.04-1), nvidia-kernel-open-dkms (= 580.159.04-1)")
+    assert field(find(built, "cuda-drivers", "580.126.09-1"), "Depends") == (
+        "nvidia-driver (= 580.126.09-1), nvidia-kernel-dkms (= 580.126.09-1)")
+    base = find(built, "nvidia-container-toolkit-base")
+    assert {"/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime",
+            "/etc/nvidia-container-runtime/config.toml"} <= contents(base)
+    assert "/usr/bin/nv-hostengine" in contents(find(built, "datacenter-gpu-manager"))
+    assert "/usr/bin/nv-fabricmanager" in contents(find(built, "nvidia-fabricmanager"))
+
+
+def test_second_build_reuses_every_deb(tmp_path: Path) -> None:
+    first = debs.build_all(tmp_path)
+    stamps = {d.path: d.path.stat().st_mtime_ns for d in first}
+    second = debs.build_all(tmp_path)
+    assert {d.path: d.path.stat().st_mtime_ns for d in second} == stamps
+
+
+def test_changed_source_rebuilds_only_that_package(tmp_path: Path) -> None:
+    standins = tmp_path / "standins"
+    shutil.copytree(debs.STANDINS_DIR, standins)
+    out = tmp_path / "out"
+    first = {d.path: d.path.stat().st_mtime_ns for d in debs.build_all(out, standins)}
+    hook = standins / "libnvidia-container/nvidia-container-toolkit/root/usr/bin/nvidia-container-runtime-hook"
+    hook.write_text(hook.read_text() + "# changed\n")
+    second = {d.path: d.path.stat().st_mtime_ns for d in debs.build_all(out, standins)}
+    changed = [p.name for p in second if second[p] != first[p]]
+    assert changed == ["nvidia-container-toolkit_1.17.8-1_amd64.deb"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Programs run from an extracted tree
+
+
+@pytest.fixture
+def tree(built: list[debs.BuiltDeb], tmp_path: Path) -> dict[str, object]:
+    """Driver 580.159.04 with open modules plus the container toolkit, extracted under tmp_path/root."""
+    root = tmp_path / "root"
+    for name in ("nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-container-toolkit-base",
+                 "nvidia-container-toolkit", "libnvidia-container-tools", "datacenter-gpu-manager"):
+        deb = next(d.path for d in built if d.name == name and d.version in ("580.159.04-1", "1.17.8-1", "1:3.3.9"))
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "gpus.json").write_text(json.dumps({"gpus": H200X2_HOST}))
+    (tmp_path / "modprobe.d").mkdir()
+    (tmp_path / "dev").mkdir()
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{root}/usr/bin:{env['PATH']}",
+        GPU_SIM_CONFIG=str(tmp_path / "etc" / "gpus.json"),
+        GPU_SIM_STATE_DIR=str(tmp_path / "state"),
+        GPU_SIM_DATA_DIR=str(root / "usr/share/gpu-sim"),
+        GPU_SIM_LIB_DIR=str(root / "usr/lib/gpu-sim"),
+        GPU_SIM_RUN_DIR=str(tmp_path / "run"),
+        GPU_SIM_DEV_DIR=str(tmp_path / "dev"),
+        GPU_SIM_MODPROBE_DIR=str(tmp_path / "modprobe.d"),
+        GPU_SIM_MODULE_VERSION_FILE=str(root / "usr/lib/gpu-sim/version"),
+        GPU_SIM_BOOT_ID_FILE=str(tmp_path / "boot_id"),
+        GPU_SIM_PERSISTENCED_PID=str(tmp_path / "persistenced.pid"),
+    )
+    (tmp_path / "boot_id").write_text("1")
+    return {"root": root, "env": env, "tmp": tmp_path}
+
+
+def run(tree: dict[str, object], *argv: str, check: bool = True, **kw: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(argv), env=tree["env"], capture_output=True, text=True, timeout=60, **kw)  # type: ignore[call-overload]
+    if check:
+        assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def load(tree: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    return run(tree, str(tree["root"]) + "/usr/lib/gpu-sim/nvidia-sim-load")
+
+
+def test_nvidia_smi_needs_the_module_loaded(tree: dict[str, object]) -> None:
+    proc = run(tree, "nvidia-smi", check=False)
+    assert proc.returncode == 9
+    load(tree)
+    assert run(tree, "nvidia-smi", "-L").stdout.startswith("GPU 0: NVIDIA H200 (UUID: GPU-d3d4d48e")
+    version = (Path(tree["env"]["GPU_SIM_RUN_DIR"]) / "version").read_text()  # type: ignore[index]
+    assert version.startswith("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating device nodes needs root")
+def test_device_nodes_follow_modprobe_options(tree: dict[str, object]) -> None:
+    tmp = tree["tmp"]
+    (tmp / "modprobe.d" / "nvidia.conf").write_text(  # type: ignore[operator]
+        "# restrict GPUs to group 44\noptions nvidia NVreg_DeviceFileUID=0 NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660\n")
+    load(tree)
+    dev = tmp / "dev"  # type: ignore[operator]
+    for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
+        st = os.stat(dev / name)
+        assert stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 195 and os.minor(st.st_rdev) == minor
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o660, 0, 44)
+    assert not (dev / "nvidia2").exists()
+    assert stat.S_IMODE(os.stat(dev / "nvidia-caps" / "nvidia-cap1").st_mode) == 0o400
+    assert stat.S_IMODE(os.stat(dev / "nvidia-caps" / "nvidia-cap2").st_mode) == 0o444
+    assert stat.S_ISCHR(os.stat(dev / "nvidia-uvm").st_mode)
+    (tmp / "modprobe.d" / "nvidia.conf").unlink()  # type: ignore[operator]
+    load(tree)
+    st = os.stat(dev / "nvidia0")
+    assert (stat.S_IMODE(st.st_mode), st.st_gid) == (0o666, 0), "defaults again after the options are gone"
+    links = run(tree, "nvidia-ctk", "system", "create-dev-char-symlinks", "--create-all",
+                f"--dev-char-path={dev}/char")
+    assert os.readlink(dev / "char" / "195:1") == "../nvidia1"
+    assert "Creating link" in links.stderr
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
+def test_device_files_fall_back_where_mknod_is_refused(tree: dict[str, object]) -> None:
+    """In a user namespace mknod is refused: regular files with the same mode, and a message why."""
+    proc = run(tree, "unshare", "--user", "--map-root-user", str(tree["root"]) + "/usr/lib/gpu-sim/nvidia-sim-load",
+               check=False)
+    if proc.returncode != 0 and "unshare" in proc.stderr:
+        pytest.skip(f"user namespaces unavailable: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert "not permitted here" in proc.stdout and "regular file instead" in proc.stdout
+    st = os.stat(tree["tmp"] / "dev" / "nvidia0")  # type: ignore[operator]
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
+
+
+def test_docker_configure_merges_daemon_json(tree: dict[str, object]) -> None:
+    path = tree["tmp"] / "daemon.json"  # type: ignore[operator]
+    path.write_text(json.dumps({"log-driver": "journald", "runtimes": {"crun": {"path": "/usr/bin/crun"}}}))
+    proc = run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=docker", f"--config={path}", "--set-as-default")
+    assert f"Wrote updated config to {path}" in proc.stderr
+    assert json.loads(path.read_text()) == {
+        "default-runtime": "nvidia",
+        "log-driver": "journald",
+        "runtimes": {"crun": {"path": "/usr/bin/crun"},
+                     "nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    }
+    before = path.read_text()
+    run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=docker", f"--config={path}", "--set-as-default")
+    assert path.read_text() == before, "a second run changes nothing"
+
+
+def test_containerd_configure_writes_dropin_and_import(tree: dict[str, object]) -> None:
+    etc = tree["tmp"] / "containerd"  # type: ignore[operator]
+    etc.mkdir()
+    config = etc / "config.toml"
+    original = ('version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+                "  SystemdCgroup = true\n\n[debug]\n  level = \"info\"\n")
+    config.write_text(original)
+    run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}")
+    text = config.read_text()
+    assert text == original.replace("version = 2\n", f'version = 2\nimports = ["{etc}/conf.d/*.toml"]\n', 1)
+    dropin = (etc / "conf.d" / "99-nvidia.toml").read_text()
+    assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]' in dropin
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dropin
+    assert "SystemdCgroup = true" in dropin
+    assert "default_runtime_name" not in dropin
+    run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}", "--set-as-default")
+    assert config.read_text() == text, "the import is added once"
+    assert 'default_runtime_name = "nvidia"' in (etc / "conf.d" / "99-nvidia.toml").read_text()
+
+
+def test_cdi_generate_and_list(tree: dict[str, object]) -> None:
+    load(tree)
+    cdi = tree["tmp"] / "cdi"  # type: ignore[operator]
+    run(tree, "nvidia-ctk", "cdi", "generate", f"--output={cdi}/nvidia.yaml")
+    spec = (cdi / "nvidia.yaml").read_text()
+    assert spec.startswith("---\ncdiVersion: 0.5.0\n")
+    assert "kind: nvidia.com/gpu" in spec and "  - path: /dev/nvidiactl" in spec
+    listed = run(tree, "nvidia-ctk", "cdi", "list", f"--spec-dir={cdi}")
+    assert listed.stdout.splitlines() == [
+        "nvidia.com/gpu=0", "nvidia.com/gpu=GPU-d3d4d48e-bb4a-7dfe-ba8d-0c72be5897cc",
+        "nvidia.com/gpu=1", "nvidia.com/gpu=GPU-c7bb669a-6c98-84b7-fff1-a0bc7cbb3d54", "nvidia.com/gpu=all",
+    ]
+    assert "Found 5 CDI devices" in listed.stderr
+    import yaml
+
+    parsed = yaml.safe_load(spec)
+    assert [d["name"] for d in parsed["devices"]][-1] == "all"
+    assert parsed["devices"][-1]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}, {"path": "/dev/nvidia1"}]
+
+
+def test_runtime_adds_visible_devices_then_runs_runc(tree: dict[str, object]) -> None:
+    load(tree)
+    tmp = tree["tmp"]
+    fake = tmp / "fakebin"  # type: ignore[operator]
+    fake.mkdir()
+    (fake / "runc").write_text('#!/bin/sh\necho "runc $*" > "$RUNC_LOG"\n')
+    (fake / "runc").chmod(0o755)
+    bundle = tmp / "bundle"  # type: ignore[operator]
+    bundle.mkdir()
+    spec = {"process": {"env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-c7bb669a-6c98-84b7-fff1-a0bc7cbb3d54"]},
+            "linux": {"resources": {"devices": [{"allow": False, "access": "rwm"}]}}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    env = dict(tree["env"])  # type: ignore[call-overload]
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    env["RUNC_LOG"] = str(tmp / "runc.log")  # type: ignore[operator]
+    argv = ["--root", "/run/x", "create", "--bundle", str(bundle), "--pid-file", "/run/x.pid", "ctr1"]
+    subprocess.run(["nvidia-container-runtime", *argv], env=env, check=True, timeout=60)
+    assert (tmp / "runc.log").read_text() == "runc " + " ".join(argv) + "\n"  # type: ignore[operator]
+    edited = json.loads((bundle / "config.json").read_text())
+    dev = tree["env"]["GPU_SIM_DEV_DIR"]  # type: ignore[index]
+    paths = [d.get("path") for d in edited["linux"].get("devices", [])] + [
+        m["destination"] for m in edited.get("mounts", [])]
+    assert f"{dev}/nvidia1" in paths and f"{dev}/nvidiactl" in paths
+    assert f"{dev}/nvidia0" not in paths
+    rules = edited["linux"]["resources"]["devices"]
+    if edited["linux"].get("devices"):
+        assert {"allow": True, "type": "c", "major": 195, "minor": 1, "access": "rwm"} in rules
+    assert rules[0] == {"allow": False, "access": "rwm"}, "existing rules are kept first"
+
+
+def test_runtime_leaves_plain_containers_alone(tree: dict[str, object]) -> None:
+    tmp = tree["tmp"]
+    fake = tmp / "fakebin2"  # type: ignore[operator]
+    fake.mkdir()
+    (fake / "runc").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "runc").chmod(0o755)
+    bundle = tmp / "bundle2"  # type: ignore[operator]
+    bundle.mkdir()
+    original = json.dumps({"process": {"env": ["PATH=/bin"]}})
+    (bundle / "config.json").write_text(original)
+    env = dict(tree["env"])  # type: ignore[call-overload]
+    env["PATH"] = f"{fake}:{env['PATH']}"
+    subprocess.run(["nvidia-container-runtime", "create", "--bundle", str(bundle), "c"], env=env, check=True)
+    assert (bundle / "config.json").read_text() == original
+
+
+def test_dcgmi_lists_gpus_only_with_hostengine(tree: dict[str, object]) -> None:
+    load(tree)
+    proc = run(tree, "dcgmi", "discovery", "-l", check=False)
+    assert proc.returncode == 255 and "Unable to connect to host engine" in proc.stdout
