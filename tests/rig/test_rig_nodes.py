@@ -1,0 +1,104 @@
+"""Rig nodes: SSH through the loopback forwarders, real systemd, simulated GPUs, device nodes, resets, CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from gpu_provision.cli import main as cli_main
+from gpu_provision.rig.hardware import gpu_uuid
+from gpu_provision.rig.node import leader_pid
+
+pytestmark = pytest.mark.rig
+
+
+def test_ssh_with_strict_host_key_checking(rig_nodes, ssh):
+    for node in rig_nodes:
+        result = ssh(node, "hostname; id -u")
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [node.name, "0"]
+
+
+def test_known_hosts_names_nodes_by_loopback_address(rig, rig_nodes):
+    lines = rig.paths.known_hosts.read_text().splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(n.ssh_address for n in rig_nodes)
+    assert all(line.split()[1] == "ssh-ed25519" for line in lines)
+
+
+def test_systemd_is_pid_1_and_running(rig_nodes, ssh):
+    result = ssh(rig_nodes[0], "cat /proc/1/comm; systemctl is-system-running --wait")
+    assert result.stdout.split() == ["systemd", "running"], result.stderr
+
+
+def test_node_address_on_bridge_and_no_way_out(rig_nodes, ssh):
+    node = rig_nodes[0]
+    result = ssh(node, "ip -4 -o addr show dev host0; ip route get 10.78.0.1 2>&1 || true")
+    assert f"inet {node.bridge_address}/24" in result.stdout
+    # No default route in the node: it cannot even name a path to the outside (nothing is sent).
+    assert "unreachable" in result.stdout
+
+
+def test_gpu_description_written_before_boot(rig_nodes, ssh):
+    gpu_node, plain_node = rig_nodes
+    gpus = json.loads(ssh(gpu_node, "cat /etc/gpu-sim/gpus.json").stdout)["gpus"]
+    assert [(g["model"], g["index"], g["pci_bus_id"]) for g in gpus] == [
+        ("H200", 0, "00000000:00:06.0"), ("H200", 1, "00000000:00:07.0")]
+    assert gpus[1]["uuid"] == gpu_uuid(gpu_node.name, 1)
+    assert json.loads(ssh(plain_node, "cat /etc/gpu-sim/gpus.json").stdout) == {"gpus": []}
+
+
+def test_pci_view_shows_the_gpus(rig_nodes, ssh):
+    gpu_node, plain_node = rig_nodes
+    script = ("for d in /sys/bus/pci/devices/*; do echo $(basename $d) $(cat $d/vendor) $(cat $d/device) "
+              "$(cat $d/class); done")
+    nvidia = [line.split() for line in ssh(gpu_node, script).stdout.splitlines() if " 0x10de " in line]
+    assert nvidia == [["0000:00:06.0", "0x10de", "0x2335", "0x030200"],
+                      ["0000:00:07.0", "0x10de", "0x2335", "0x030200"]]
+    assert " 0x10de " not in ssh(plain_node, script).stdout
+
+
+def test_mknod_of_nvidia_device_nodes(rig_nodes, ssh):
+    result = ssh(rig_nodes[0], "mknod /dev/nvidia0 c 195 0 && mknod /dev/nvidiactl c 195 255 && "
+                               "stat -c '%F %t:%T' /dev/nvidia0 /dev/nvidiactl && rm /dev/nvidia0 /dev/nvidiactl")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["character special file c3:0", "character special file c3:ff"]
+
+
+def test_up_again_changes_nothing(rig, rig_nodes):
+    leaders = [leader_pid(rig.layout(n.name)) for n in rig_nodes]
+    rig.up(rig_nodes)
+    assert [leader_pid(rig.layout(n.name)) for n in rig_nodes] == leaders
+
+
+def test_reset_makes_node_fresh_and_keeps_its_host_key(rig, rig_nodes, ssh, reset_node):
+    node = rig_nodes[1]
+    assert ssh(node, "touch /root/left-behind").returncode == 0
+    reset_node(node.name)
+    result = ssh(node, "test -e /root/left-behind && echo present || echo absent")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "absent"
+
+
+def test_node_reboot_from_inside_comes_back(rig, rig_nodes, ssh):
+    node = rig_nodes[1]
+    before = leader_pid(rig.layout(node.name))
+    ssh(node, "systemctl reboot")
+    deadline = time.monotonic() + 60
+    while leader_pid(rig.layout(node.name)) in (before, None) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    rig.wait_ssh([node.name])
+    after = leader_pid(rig.layout(node.name))
+    assert after is not None and after != before
+    assert ssh(node, "systemctl is-system-running --wait").stdout.strip() == "running"
+
+
+def test_cli_inventory_and_status(rig_nodes, capsys):
+    assert cli_main(["rig", "inventory", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(n["name"], n["ssh_address"], n["bridge_address"], n["state"]) for n in listed] == [
+        (n.name, n.ssh_address, n.bridge_address, "running") for n in rig_nodes]
+    assert cli_main(["rig", "status"]) == 0
+    out = capsys.readouterr().out
+    assert "apt_proxy: True" in out and "bridge: True" in out
