@@ -1,0 +1,135 @@
+"""The signed mirror used the way nodes use it: apt in a Debian 12 chroot verifies and installs the stand-ins."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, H200_HOST
+
+from gpu_provision.rig.mirror import REPOS, MirrorInfo, build_mirror
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="chroot and mounts need root"),
+    pytest.mark.skipif(shutil.which("mmdebstrap") is None, reason="needs mmdebstrap for the Debian 12 root"),
+]
+
+# Only the mirror's file: sources; no network source, no proxy.
+APT = ["apt-get", "-q", "-o", "Dir::Etc::sourcelist=/etc/apt/sources.list.d/rig.list",
+       "-o", "Dir::Etc::sourceparts=/nonexistent", "-o", "Acquire::http::Proxy=false"]
+
+
+@pytest.fixture(scope="module")
+def mirror(tmp_path_factory: pytest.TempPathFactory) -> MirrorInfo:
+    return build_mirror(tmp_path_factory.mktemp("mirror"))
+
+
+def sources(keyring: str) -> str:
+    return "".join(f"deb [signed-by={keyring}] file:/mirror/{rel}/ /\n" for rel in REPOS.values())
+
+
+class Chroot:
+    """A throwaway Debian 12 root: the rig's base image under an overlay, the mirror bound at /mirror."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+        proc = subprocess.run(["chroot", str(self.root), *argv], capture_output=True, text=True, env=env, timeout=300)
+        if check:
+            assert proc.returncode == 0, (argv, proc.stdout[-3000:], proc.stderr[-3000:])
+        return proc
+
+    def write(self, path: str, text: str) -> None:
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+@pytest.fixture
+def chroot(mirror: MirrorInfo, tmp_path: Path) -> Iterator[Chroot]:
+    from gpu_provision.rig.base import ensure_base
+    from gpu_provision.rig.config import RigPaths
+
+    base = ensure_base(RigPaths.from_env().cache)
+    up, work, root = tmp_path / "up", tmp_path / "work", tmp_path / "root"
+    for d in (up, work, root):
+        d.mkdir()
+    mounts: list[Path] = []
+    try:
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={base},upperdir={up},workdir={work}",
+                        str(root)], check=True)
+        mounts.append(root)
+        (root / "mirror").mkdir()
+        subprocess.run(["mount", "--bind", str(mirror.root), str(root / "mirror")], check=True)
+        mounts.append(root / "mirror")
+        subprocess.run(["mount", "-t", "proc", "proc", str(root / "proc")], check=True)
+        mounts.append(root / "proc")
+        yield Chroot(root)
+    finally:
+        for m in reversed(mounts):
+            subprocess.run(["umount", "-l", str(m)], check=False)
+
+
+def test_apt_verifies_signed_repos_and_installs_the_stand_ins(chroot: Chroot) -> None:
+    chroot.write("/etc/apt/sources.list.d/rig.list", sources("/mirror/keys/gpu-provision-rig.asc"))
+    update = chroot.run(*APT, "update")
+    assert "NO_PUBKEY" not in update.stdout + update.stderr
+    assert "is not signed" not in update.stdout + update.stderr
+    chroot.run(*APT, "install", "-y", "--no-install-recommends", "nvidia-open", "nvidia-container-toolkit",
+               "datacenter-gpu-manager", "nvidia-fabricmanager")
+    versions = chroot.run("dpkg-query", "-W", "-f", "${Package} ${Version}\n", "nvidia-driver",
+                          "nvidia-kernel-open-dkms", "nvidia-container-toolkit-base").stdout
+    assert sorted(versions.splitlines()) == ["nvidia-container-toolkit-base 1.17.8-1", "nvidia-driver 580.159.04-1",
+                                             "nvidia-kernel-open-dkms 580.159.04-1"]
+
+    # The node's hardware and a restrictive module option, then the "module load".
+    chroot.write("/etc/gpu-sim/gpus.json", json.dumps({"gpus": H200_HOST}))
+    chroot.write("/etc/modprobe.d/nvidia-gpu-provision.conf", "options nvidia NVreg_DeviceFileGID=44 NVreg_DeviceFileMode=0660\n")
+    assert chroot.run("nvidia-smi", check=False).returncode == 9, "no module loaded yet"
+    chroot.run("/usr/lib/gpu-sim/nvidia-sim-load")
+    st = os.stat(chroot.root / "dev" / "nvidia0")
+    assert stat.S_ISCHR(st.st_mode) and (os.minor(st.st_rdev), st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 44, 0o660)
+    assert chroot.run("nvidia-smi", "mig", "-lgipp").stdout == (FIXTURES / "h200" / "nvidia-smi_mig_-lgipp.txt").read_text()
+    assert "Open Kernel Module" in (chroot.root / "run/gpu-sim/version").read_text()
+
+    # Switching flavour: cuda-drivers pulls the proprietary module package, which replaces the open one.
+    chroot.run(*APT, "install", "-y", "cuda-drivers")
+    assert (chroot.root / "usr/src/nvidia-580.159.04/gpu-sim-flavour").read_text() == "proprietary\n"
+    assert chroot.run("dpkg-query", "-W", "-f", "${Status}", "nvidia-kernel-open-dkms", check=False).stdout != (
+        "install ok installed")
+
+    # Downgrade to the pinned older driver: the running "module" stays old-new until it is reloaded.
+    chroot.run(*APT, "install", "-y", "--allow-downgrades", "nvidia-driver=580.126.09-1",
+               "nvidia-kernel-dkms=580.126.09-1", "cuda-drivers=580.126.09-1", "nvidia-fabricmanager=580.126.09-1")
+    mismatch = chroot.run("nvidia-smi", "-L", check=False)
+    assert mismatch.returncode == 18 and "Driver/library version mismatch" in mismatch.stdout
+    chroot.run("/usr/lib/gpu-sim/nvidia-sim-load")
+    assert chroot.run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").stdout == "580.126.09\n"
+    assert "x86_64 Kernel Module  580.126.09" in (chroot.root / "run/gpu-sim/version").read_text()
+
+
+def test_apt_refuses_the_mirror_with_the_wrong_key(chroot: Chroot) -> None:
+    chroot.write("/etc/apt/sources.list.d/rig.list", sources("/usr/share/keyrings/debian-archive-keyring.gpg"))
+    proc = chroot.run(*APT, "update", check=False)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "NO_PUBKEY" in text or "is not signed" in text
+
+
+def test_second_mirror_build_reuses_everything(mirror: MirrorInfo) -> None:
+    dest = mirror.root.parent
+    inrelease = {name: (mirror.root / rel / "InRelease").read_bytes() for name, rel in mirror.repos.items()}
+    again = build_mirror(dest)
+    assert again == mirror
+    assert {name: (again.root / rel / "InRelease").read_bytes() for name, rel in again.repos.items()} == inrelease
+    assert mirror.key_path.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    assert not (mirror.root / "gnupg").exists() and (dest / "gnupg").is_dir(), "the private keyring is not served"
