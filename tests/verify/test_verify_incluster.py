@@ -1,0 +1,114 @@
+"""In-cluster verification: generated DaemonSet manifests, and collection from pod logs through kubectl.
+
+kubectl is a stand-in here (a script answering from canned files), since no Kubernetes API server runs on the
+test machine; the pod log it returns is a real report captured on an H200 machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_provision.verify import incluster
+from gpu_provision.verify.bundle import AGENT_FILENAME
+from gpu_provision.verify.expect import build_expectations
+from gpu_provision.verify.report import schema_problems
+
+DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
+
+
+@pytest.fixture
+def expectations() -> dict[str, dict]:
+    kube = {"enabled": True, "node_name": "h200-node", "allocatable": {"nvidia.com/gpu": 1}}
+    return {
+        "h200-node": build_expectations("h200-node", "H200", 1, driver_version="580",
+                                        container={"kind": "containerd", "image": "ubuntu:24.04"},
+                                        kubernetes=kube).to_dict(),
+        "h200-down": build_expectations("h200-down", "H200", 8).to_dict(),
+    }
+
+
+def test_manifests(expectations: dict[str, dict]) -> None:
+    docs = incluster.manifests(expectations, namespace="gpu-check", image="python:3.12-slim")
+    assert [d["kind"] for d in docs] == ["Namespace", "ConfigMap", "ConfigMap", "DaemonSet"]
+    agent_cm, expect_cm, ds = docs[1], docs[2], docs[3]
+    pyz = base64.b64decode(agent_cm["binaryData"][AGENT_FILENAME])
+    assert "__main__.py" in zipfile.ZipFile(io.BytesIO(pyz)).namelist()
+    inside = json.loads(expect_cm["data"]["h200-node.json"])
+    assert inside["paths"] == {"dev": "/host/dev", "sysfs": "/host/sys"}
+    assert inside["container"] == {"kind": "none"} and inside["kubernetes"]["enabled"] is False
+    assert inside["kubernetes"]["allocatable"] == {"nvidia.com/gpu": 1}
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["h200-down", "h200-node"]
+    container = spec["containers"][0]
+    assert "resources" in container and "limits" not in container["resources"]  # takes no GPU from workloads
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in container["env"]
+    assert '--expect "/opt/gpu-provision/expect/${NODE_NAME}.json"' in container["command"][2]
+    assert ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": incluster.APP}
+    # The YAML stream round-trips.
+    assert list(yaml.safe_load_all(yaml.safe_dump_all(docs))) == docs
+
+
+def _stand_in_kubectl(tmp_path: Path, answers: dict[str, str]) -> None:
+    """A kubectl stand-in: prints the canned answer whose key is in the joined arguments, else fails."""
+    (tmp_path / "answers.json").write_text(json.dumps(answers))
+    script = tmp_path / "bin" / "kubectl"
+    script.parent.mkdir()
+    script.write_text(f"""#!{sys.executable}
+import json, sys
+args = " ".join(sys.argv[1:])
+answers = json.load(open({str(tmp_path / "answers.json")!r}))
+for key, value in answers.items():
+    if key in args:
+        print(value)
+        sys.exit(0)
+print("Error from server (NotFound): " + args, file=sys.stderr)
+sys.exit(1)
+""")
+    script.chmod(0o755)
+
+
+def test_collect_from_pod_logs(tmp_path: Path, expectations: dict[str, dict], monkeypatch) -> None:
+    docs = incluster.manifests(expectations)
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    pods = {"items": [{"metadata": {"name": "gpu-provision-verify-abcde"}, "spec": {"nodeName": "h200-node"},
+                       "status": {"phase": "Running"}}]}
+    node = {"status": {"allocatable": {"cpu": "16", "nvidia.com/gpu": "1"}}}
+    _stand_in_kubectl(tmp_path, {
+        "get pods": json.dumps(pods),
+        "get configmap": json.dumps(docs[2]),
+        "logs -n gpu-provision gpu-provision-verify-abcde": "starting\n" + json.dumps(report, separators=(",", ":")),
+        "get node h200-node": json.dumps(node),
+    })
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    collected = incluster.collect()
+    assert [r["node"] for r in collected] == ["h200-down", "h200-node"]
+    down, up = collected
+    assert down["status"] == "error" and "no verification pod" in down["error"]
+    assert up["status"] == "pass"
+    alloc = next(c for c in up["checks"] if c["id"] == "node.kubernetes.allocatable")
+    assert alloc["status"] == "pass" and alloc["measured"] == {"nvidia.com/gpu": 1}
+    assert up["summary"]["total"] == report["summary"]["total"]  # the agent's skip was replaced, not added
+    assert all(schema_problems(r) == [] for r in collected)
+
+
+def test_allocatable_mismatch_fails_the_node(expectations: dict[str, dict]) -> None:
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    node = {"status": {"allocatable": {"nvidia.com/gpu": "0"}}}
+    judged = incluster.add_allocatable(report, expectations["h200-node"], node, None)
+    assert judged["status"] == "fail" and judged["summary"]["fail"] == 1
+    assert schema_problems(judged) == []
+
+
+def test_report_from_log_ignores_other_lines() -> None:
+    assert incluster.report_from_log("n", "hello\n{\"other\": 1}\n") is None
