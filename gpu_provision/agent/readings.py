@@ -1,7 +1,8 @@
 """Reads from the node: nvidia-smi, /proc/driver/nvidia, PCI devices in sysfs, device files.
 
-Every root path comes from the expectations' ``paths`` (defaults ``/sys``, ``/dev``, ``/proc``, ``nvidia-smi``)
-so a test rig can point the agent at simulated trees. A reader returns None where the source is absent.
+Every root path comes from the expectations' ``paths`` (defaults ``/sys``, ``/dev``, ``/proc``, ``nvidia-smi``;
+``driver_version_file`` replaces ``/proc/driver/nvidia/version``) so a test rig can point the agent at simulated
+trees. A reader returns None where the source is absent.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
+from functools import lru_cache
 from importlib import resources
 
 AGENT_PACKAGE = "gpu_verify_agent"
@@ -38,8 +39,12 @@ def _agent_files() -> list[tuple[str, bytes]]:
     return found
 
 
+@lru_cache(maxsize=1)
 def build_agent() -> bytes:
-    """Return the agent as a reproducible zip application: run it with ``python3 gpu-verify.pyz --expect F``."""
+    """Return the agent as a reproducible zip application: run it with ``python3 gpu-verify.pyz --expect F``.
+
+    Built once per process: every host of a run gets the same bytes.
+    """
     buffer = io.BytesIO()
     buffer.write(b"#!/usr/bin/env python3\n")
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:

@@ -142,7 +142,8 @@ def build_expectations(node: str, model: str, count: int, *, driver_version: str
     + mig: per GPU index, the layout as ``MigInstance``s or ``{profile, start, size}`` dicts (absent = MIG off)
     + device_permissions: ``{"group": "video", "mode": "0660"}`` for /dev/nvidia*; None skips the check
     + container, kubernetes: ``ContainerRuntime`` / ``Kubernetes`` or dicts of their fields
-    + paths: root overrides for test rigs (``sysfs``, ``dev``, ``proc``, ``nvidia_smi``, ``libcuda``)
+    + paths: overrides for test rigs (``sysfs``, ``dev``, ``proc``, ``nvidia_smi``, ``libcuda``,
+      ``driver_version_file`` for the rig's stand-in of /proc/driver/nvidia/version)
 
     Example: ``build_expectations("gpu-01", "H200", 8, driver_version="580", cuda_min="12.8")``.
     """

@@ -41,8 +41,10 @@ class SimulatedNode:
 
     @property
     def paths(self) -> dict[str, str]:
+        # The simulator marks its "loaded module" in run/version, its stand-in for /proc/driver/nvidia/version.
         return {"sysfs": str(self.root / "sys"), "dev": str(self.root / "dev"), "proc": str(self.root / "proc"),
-                "nvidia_smi": str(self.root / "bin" / "nvidia-smi"), "libcuda": "libcuda.so.1"}
+                "nvidia_smi": str(self.root / "bin" / "nvidia-smi"), "libcuda": "libcuda.so.1",
+                "driver_version_file": str(self.root / "run" / "version")}
 
     def configure(self, gpus: list[dict[str, Any]], on_bus: list[dict[str, Any]] | None = None) -> None:
         """Simulate ``gpus`` (driver view) with ``on_bus`` (default: the same) as PCI devices and device files."""
@@ -95,8 +97,7 @@ def sim_node(tmp_path: Path) -> Iterator[SimulatedNode]:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "version").write_text(VERSION_LINE)
     (tmp_path / "boot_id").write_text("1")
-    (tmp_path / "proc" / "driver" / "nvidia").mkdir(parents=True)
-    (tmp_path / "proc" / "driver" / "nvidia" / "version").write_text(VERSION_LINE + "GCC version:  gcc 12\n")
+    (tmp_path / "proc").mkdir()
     env = {
         "GPU_SIM_CONFIG": str(tmp_path / "gpus.json"), "GPU_SIM_STATE_DIR": str(tmp_path / "state"),
         "GPU_SIM_DATA_DIR": str(data), "GPU_SIM_LIB_DIR": str(tmp_path / "lib"),

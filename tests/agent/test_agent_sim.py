@@ -141,7 +141,6 @@ def test_wrong_driver_pin_and_cuda_minimum(sim_node, run_agent) -> None:
 
 def test_driver_not_loaded(sim_node, run_agent) -> None:
     (sim_node.root / "run" / "version").unlink()
-    (sim_node.root / "proc" / "driver" / "nvidia" / "version").unlink()
     rc, report = run_agent(sim_node.expect(2))
     checks = by_id(report)
     assert checks["node.driver.loaded"]["status"] == "fail"
