@@ -1,0 +1,86 @@
+"""Kubernetes membership of the node and, where an admin kubeconfig exists, what the API server holds.
+
+Without arguments (the probe passes none): the node's own IPv4 addresses (kubeadm advertises one of them), whether
+kubeadm made it a control plane (``/etc/kubernetes/admin.conf``) or joined it (``/etc/kubernetes/kubelet.conf``),
+and on control planes the cluster's nodes (labels, taints, kubelet version), every object labelled as managed by
+gpu-provision (with its content-hash annotation) and every DaemonSet (the CNI check). Three ``kubectl get`` calls.
+"""
+
+import json
+import os
+import subprocess
+
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
+KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
+MANAGED = "app.kubernetes.io/managed-by=gpu-provision"
+HASH_ANNOTATION = "gpu-provision/content-sha256"
+MANAGED_KINDS = ("namespaces,serviceaccounts,configmaps,resourcequotas,limitranges,roles.rbac.authorization.k8s.io,"
+                 "rolebindings.rbac.authorization.k8s.io,clusterroles.rbac.authorization.k8s.io,"
+                 "clusterrolebindings.rbac.authorization.k8s.io,daemonsets.apps,runtimeclasses.node.k8s.io")
+TIMEOUT = 30
+
+
+def _addresses():
+    try:
+        text = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, universal_newlines=True, check=False).stdout
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if "inet" in fields:
+            out.append(fields[fields.index("inet") + 1].split("/")[0])
+    return out
+
+
+def _kubectl(args):
+    argv = ["kubectl", "--kubeconfig", ADMIN_CONF, "--request-timeout", "%ds" % TIMEOUT] + args + ["-o", "json"]
+    try:
+        result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                                check=False, timeout=TIMEOUT + 5)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError("kubectl %s: %s" % (args[1], exc)) from None
+    if result.returncode != 0:
+        raise RuntimeError("kubectl %s: %s" % (args[1], " ".join(result.stderr.strip().splitlines()[-1:])))
+    return json.loads(result.stdout).get("items", [])
+
+
+def _kind_key(item):
+    meta = item.get("metadata", {})
+    return "%s/%s/%s" % (item.get("kind", ""), meta.get("namespace", ""), meta.get("name", ""))
+
+
+def _api():
+    nodes = {}
+    for item in _kubectl(["get", "nodes"]):
+        info = item.get("status", {}).get("nodeInfo", {})
+        nodes[item["metadata"]["name"]] = {
+            "labels": item["metadata"].get("labels", {}),
+            "taints": item.get("spec", {}).get("taints", []),
+            "kubelet_version": info.get("kubeletVersion"),
+        }
+    objects = {}
+    for item in _kubectl(["get", MANAGED_KINDS, "--all-namespaces", "-l", MANAGED]):
+        annotations = item.get("metadata", {}).get("annotations") or {}
+        objects[_kind_key(item)] = annotations.get(HASH_ANNOTATION)
+    daemonsets = sorted("%s/%s" % (d["metadata"].get("namespace", ""), d["metadata"]["name"])
+                        for d in _kubectl(["get", "daemonsets.apps", "--all-namespaces"]))
+    return {"nodes": nodes, "objects": objects, "daemonsets": daemonsets}
+
+
+def collect(request):
+    """Membership, addresses and (with an admin kubeconfig) the API's nodes, managed objects and DaemonSets."""
+    out = {
+        "addresses": _addresses(),
+        "admin_conf": os.path.exists(ADMIN_CONF),
+        "kubelet_conf": os.path.exists(KUBELET_CONF),
+        "api": None,
+        "api_error": None,
+    }
+    if out["admin_conf"]:
+        try:
+            out["api"] = _api()
+        except (RuntimeError, ValueError, KeyError) as exc:
+            out["api_error"] = str(exc)
+    return out
