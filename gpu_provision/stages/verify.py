@@ -49,14 +49,16 @@ def collect_report(state: Any, host: Any, agent_path: str, expect_path: str,
 
 
 @deploy("Verify GPU node")
-def verify(remote_dir: str = REMOTE_DIR, report_dir: str | None = None) -> None:
+def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None:
     """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
 
-    + remote_dir: where the agent and expectations live on the node
+    + remote_dir: where the agent and expectations live on the node (default: host data
+      ``gpu_provision_verify_dir``, else ``/var/lib/gpu-provision/verify``)
     + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
 
     Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
     """
+    remote_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or REMOTE_DIR
     agent_path = f"{remote_dir}/{AGENT_FILENAME}"
     expect_path = f"{remote_dir}/expect.json"
     files.directory(name="Verification agent directory", path=remote_dir, mode="0755")

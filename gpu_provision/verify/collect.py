@@ -69,7 +69,7 @@ def run(inventory: str, limit: list[str] | None = None, expect_files: dict[str, 
     stage.REPORTS.clear()
     try:
         connect_all(state)
-        add_deploy(state, stage.verify, remote_dir=remote_dir or stage.REMOTE_DIR, report_dir=report_dir)
+        add_deploy(state, stage.verify, remote_dir=remote_dir, report_dir=report_dir)
         run_ops(state)
     except PyinfraError:
         pass  # "No hosts remaining!" once every node failed; the reports below say why

@@ -18,7 +18,8 @@ def _inventory(tmp_path: Path, expect: dict) -> Path:
     expect_file = tmp_path / "expect-local.json"
     expect_file.write_text(json.dumps(expect))
     inventory = tmp_path / "inventory_local.py"
-    inventory.write_text(f'hosts = [("@local", {{"gpu_provision_verify_expect": "{expect_file}"}})]\n')
+    data = {"gpu_provision_verify_expect": str(expect_file), "gpu_provision_verify_dir": str(tmp_path / "node")}
+    inventory.write_text(f"hosts = [('@local', {data!r})]\n")
     return inventory
 
 
@@ -68,3 +69,24 @@ def test_unreachable_host_gets_an_error_report(tmp_path: Path) -> None:
     (report,) = collect.run(str(inventory))
     assert report["status"] == "error" and report["node"] == "down-node"
     assert schema_problems(report) == []
+
+
+def test_pyinfra_cli_runs_the_verify_deploy(sim_node, tmp_path: Path) -> None:
+    """``pyinfra inventory deploys/verify.py``: passes on a healthy node, exits non-zero once a GPU is lost."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    inventory = _inventory(tmp_path, sim_node.expect())
+    argv = [sys.executable, "-m", "pyinfra", "-y", str(inventory), str(root / "deploys" / "verify.py")]
+    healthy = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "verify pass:" in healthy.stdout + healthy.stderr
+    report = json.loads((tmp_path / "reports" / "verify" / "@local.json").read_text())
+    assert report["status"] == "pass" and schema_problems(report) == []
+
+    sim_node.configure(H200_GPUS[:1])
+    broken = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert broken.returncode != 0
+    assert "first failure: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2" in (
+        broken.stdout + broken.stderr)
