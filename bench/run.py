@@ -1,0 +1,202 @@
+"""The benchmark: one command, three tools, the same nodes, side by side.
+
+For each fleet (rig nodes with systemd; a simulated fleet of loopback sshd hosts) and each size, it runs
+
+* gpu-provision's drift engine (one batched probe per node),
+* the same check with stock pyinfra operations in ``--dry`` mode (one fact per operation),
+* an equivalent Ansible playbook with ``--check --diff``,
+
+and prints wall time, remote commands per host and the controller's peak memory, each with its ratio to
+gpu-provision, then how cost grows with the fleet and with the number of operations. Results also go to
+``bench/results/<time>.json`` and ``.txt``. Needs root (rig nodes and the loopback fleet run in namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import tools
+from bench.fleet import LoopbackFleet
+from bench.playbook import write_inventory, write_playbook
+from bench.workload import Workload, base_versions, converge_script, write_json
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_WORKDIR = Path("/var/tmp/gpu-provision-bench")
+TOOLS = ("ours", "pyinfra", "ansible")
+
+
+def _sizes(text: str) -> list[int]:
+    return sorted({int(part) for part in text.split(",") if part.strip()}) if text else []
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rig-sizes", type=_sizes, default=[1, 3, 6], help="rig node counts (default 1,3,6; max 6)")
+    p.add_argument("--fleet-sizes", type=_sizes, default=[25, 100],
+                   help="loopback-fleet host counts (default 25,100; max 200)")
+    p.add_argument("--files", type=int, default=8, help="config files in the workload (default 8)")
+    p.add_argument("--growth-files", type=int, default=40,
+                   help="config files in the larger workload run on the largest rig size (default 40; 0: skip)")
+    p.add_argument("--tools", default=",".join(TOOLS), help="tools to run (default: ours,pyinfra,ansible)")
+    p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="scratch directory (default: %(default)s)")
+    p.add_argument("--max-seconds", type=int, default=1800, help="the loopback fleet stops itself after this")
+    args = p.parse_args(argv)
+    args.tools = [t for t in args.tools.split(",") if t]
+    unknown = set(args.tools) - set(TOOLS)
+    if unknown:
+        p.error(f"unknown tools: {', '.join(sorted(unknown))}")
+    if any(not 1 <= n <= 6 for n in args.rig_sizes) or any(not 1 <= n <= 200 for n in args.fleet_sizes):
+        p.error("rig sizes must be 1..6 and fleet sizes 1..200")
+    return args
+
+
+def write_cluster(path: Path, hosts: list[tuple[str, str]], key: Path, known_hosts: Path) -> Path:
+    """A cluster file naming ``hosts`` (name, loopback address) with the given SSH key and known_hosts."""
+    doc = {"version": "v1",
+           "cluster": {"name": "bench", "kubernetes": {"enabled": False},
+                       "ssh": {"user": "root", "key": str(key), "known_hosts": str(known_hosts),
+                               "strict_host_key_checking": True, "connect_timeout": 10}},
+           "nodes": [{"name": name, "address": address} for name, address in hosts]}
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+class Bench:
+    """Runs the tools and keeps their measurements."""
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.work = args.workdir / time.strftime("run-%Y%m%d-%H%M%S")
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.results: list[tools.Measurement] = []
+
+    def measure(self, fleet: str, hosts: list[tuple[str, str]], workload: Workload, key: Path,
+                known_hosts: Path) -> None:
+        """Run every chosen tool once against ``hosts`` with ``workload``."""
+        ops = workload.operations
+        folder = self.work / f"{fleet}-{len(hosts)}-{ops}"
+        folder.mkdir(exist_ok=True)
+        cluster = write_cluster(folder / "cluster.yaml", hosts, key, known_hosts)
+        workload_file = write_json(folder / "workload.json", workload)
+        names = [name for name, _ in hosts]
+        runners: dict[str, Callable[[], tools.Measurement]] = {
+            "ours": lambda: tools.ours(folder, fleet, names, ops, cluster, workload_file),
+            "pyinfra": lambda: tools.stock_pyinfra(folder, fleet, names, ops, cluster, workload_file),
+            "ansible": lambda: tools.ansible(folder, fleet, hosts, ops,
+                                             write_inventory(folder / "hosts.ini", hosts, key, known_hosts),
+                                             write_playbook(folder, workload.to_json()),
+                                             forks=min(40, len(hosts))),
+        }
+        for tool in self.args.tools:
+            result = runners[tool]()
+            self.results.append(result)
+            print(f"  {fleet:<5} {len(hosts):>3} hosts {ops:>3} ops  {result.tool:<16} {result.wall_s:7.2f} s  "
+                  f"{result.commands_per_host:6.1f} cmds/host  {'in sync' if result.in_sync else result.note}",
+                  flush=True)
+
+    def rig(self, workload: Workload, growth: Workload | None, converge: str) -> None:
+        """The rig part: systemd nodes behind the rig's loopback forwarders."""
+        from bench.rignodes import ensure
+
+        sizes = self.args.rig_sizes
+        nodes, key, known_hosts = ensure(max(sizes), converge)
+        for size in sizes:
+            hosts = [(n.name, n.ssh_address) for n in nodes[:size]]
+            self.measure("rig", hosts, workload, key, known_hosts)
+        if growth is not None:
+            self.measure("rig", [(n.name, n.ssh_address) for n in nodes[:max(sizes)]], growth, key, known_hosts)
+
+    def fleet(self, base: Path, workload: Workload, converge: str) -> None:
+        """The loopback fleet part: many sshd hosts sharing one Debian root, no systemd."""
+        sizes = self.args.fleet_sizes
+        fleet = LoopbackFleet(self.args.workdir / "fleet", base, max(sizes), self.args.max_seconds)
+        fleet.prepare(converge)
+        with fleet:
+            hosts = [(h.name, h.address) for h in fleet.start()]
+            for size in sizes:
+                self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts)
+
+
+def table(results: list[tools.Measurement]) -> str:
+    """Side-by-side table with ratios to gpu-provision, then growth with fleet size and operations."""
+    head = (f"{'fleet':<6}{'hosts':>6}{'ops':>5}  {'tool':<16}{'wall s':>8}{'x ours':>8}{'cmds/host':>11}"
+            f"{'x ours':>8}{'RSS MB':>8}{'x ours':>8}  in sync")
+    lines = [head, "-" * len(head)]
+    base: dict[tuple[str, int, int], tools.Measurement] = {
+        (r.fleet, r.hosts, r.operations): r for r in results if r.tool == "gpu-provision"}
+    for r in results:
+        ref = base.get((r.fleet, r.hosts, r.operations))
+
+        def ratio(value: float, ref_value: float | None) -> str:
+            return f"{value / ref_value:8.2f}" if ref_value else f"{'-':>8}"
+
+        lines.append(
+            f"{r.fleet:<6}{r.hosts:>6}{r.operations:>5}  {r.tool:<16}{r.wall_s:8.2f}"
+            f"{ratio(r.wall_s, ref.wall_s if ref else None)}{r.commands_per_host:11.1f}"
+            f"{ratio(r.commands_per_host, ref.commands_per_host if ref else None)}{r.peak_rss_mb:8.0f}"
+            f"{ratio(r.peak_rss_mb, ref.peak_rss_mb if ref else None)}  "
+            f"{'yes' if r.in_sync else 'NO: ' + r.note}")
+    lines += ["", "Growth with fleet size (seconds per added host between the smallest and largest size):"]
+    for fleet in sorted({r.fleet for r in results}):
+        for tool in dict.fromkeys(r.tool for r in results):
+            runs = sorted((r for r in results if r.fleet == fleet and r.tool == tool), key=lambda r: r.hosts)
+            ops = runs[0].operations if runs else 0
+            runs = [r for r in runs if r.operations == ops]
+            if len(runs) >= 2 and runs[-1].hosts > runs[0].hosts:
+                slope = (runs[-1].wall_s - runs[0].wall_s) / (runs[-1].hosts - runs[0].hosts)
+                series = ", ".join(f"{r.hosts}: {r.wall_s:.2f} s" for r in runs)
+                lines.append(f"  {fleet:<6}{tool:<16}{slope * 1000:8.1f} ms/host   ({series})")
+    lines += ["", "Growth with operations per host (same hosts, remote commands per host):"]
+    for tool in dict.fromkeys(r.tool for r in results):
+        runs = [r for r in results if r.tool == tool and r.fleet == "rig"]
+        largest = max((r.hosts for r in runs), default=0)
+        runs = sorted((r for r in runs if r.hosts == largest), key=lambda r: r.operations)
+        if len({r.operations for r in runs}) >= 2:
+            series = ", ".join(f"{r.operations} ops: {r.commands_per_host:.1f} cmds, {r.wall_s:.2f} s" for r in runs)
+            lines.append(f"  {tool:<16}{series}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 when every tool found every node in sync, 1 otherwise."""
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("the benchmark needs root (rig nodes and the loopback fleet run in namespaces)")
+        return 2
+    from bench.rignodes import base_root
+
+    bench = Bench(args)
+    base = base_root()
+    workload = Workload(base_versions(base), files=args.files)
+    growth = workload.with_files(args.growth_files) if args.growth_files > args.files else None
+    most_files = max(args.files, args.growth_files)
+    if "ansible" in args.tools:
+        tools.ensure_ansible()
+    started = time.monotonic()
+    if args.rig_sizes:
+        print("rig nodes (systemd-nspawn, real sshd behind loopback forwarders):", flush=True)
+        bench.rig(workload, growth, converge_script(workload, most_files))
+    if args.fleet_sizes:
+        print("loopback fleet (one sshd per host on 127.0.20.N, shared root, no systemd: no service checks):",
+              flush=True)
+        fleet_workload = workload.without_units()
+        bench.fleet(base, fleet_workload, converge_script(fleet_workload, most_files))
+    text = table(bench.results)
+    print()
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta: dict[str, Any] = {"argv": argv, "cpus": os.cpu_count(), "seconds": round(time.monotonic() - started, 1),
+                            "workdir": str(bench.work)}
+    (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta,
+                                                      "results": [r.to_json() for r in bench.results]}, indent=1))
+    (RESULTS / f"{stamp}.txt").write_text(text + "\n")
+    print(f"\nresults: {RESULTS / (stamp + '.json')}; tool outputs under {bench.work}")
+    return 0 if all(r.in_sync for r in bench.results) else 1

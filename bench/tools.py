@@ -1,0 +1,162 @@
+"""Running each tool as its own process, measuring wall time, peak memory and remote commands per host."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+ANSIBLE_VENV = REPO / "bench" / ".venv-ansible"
+ANSIBLE_VERSION = "ansible-core>=2.16,<2.20"
+
+
+@dataclass
+class Measurement:
+    """One tool's run on one fleet."""
+
+    tool: str
+    fleet: str
+    hosts: int
+    operations: int
+    wall_s: float
+    peak_rss_mb: float
+    commands: dict[str, int] = field(default_factory=dict)
+    in_sync: bool | None = None
+    note: str = ""
+
+    @property
+    def commands_per_host(self) -> float:
+        """Mean remote commands per host."""
+        return sum(self.commands.values()) / max(self.hosts, 1)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain form for the results file."""
+        out = dict(self.__dict__)
+        out["commands_per_host"] = round(self.commands_per_host, 2)
+        return out
+
+
+@dataclass
+class Run:
+    """A finished process."""
+
+    rc: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    peak_rss_mb: float
+
+
+def run_measured(argv: list[str], workdir: Path, tag: str, env: dict[str, str] | None = None,
+                 timeout: float = 900) -> Run:
+    """Run ``argv`` with output to files; wall time and the largest RSS of it or any child it waited for."""
+    out, err = workdir / f"{tag}.out", workdir / f"{tag}.err"
+    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(REPO)}
+    with open(out, "wb") as o, open(err, "wb") as e:
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=o, stderr=e, cwd=REPO, env=full_env)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.02)
+        wall = time.monotonic() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Run(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), wall,
+               usage.ru_maxrss / 1024)
+
+
+def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path, workload: Path) -> Measurement:
+    """gpu-provision's drift engine with the workload stage, over the repository's inventory.py."""
+    run = run_measured([sys.executable, "-m", "bench.ours", "inventory.py", str(workload)], workdir,
+                       f"ours-{fleet}-{len(names)}-{operations}", env={"GPU_PROVISION_CLUSTER": str(cluster)})
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        return Measurement("gpu-provision", fleet, len(names), operations, run.wall_s, run.peak_rss_mb,
+                           note=f"failed (rc {run.rc}): {run.stderr.strip().splitlines()[-1:]}")
+    commands = {n["name"]: n["commands"] for n in report["nodes"]}
+    drift = [f"{n['name']}: {n['status']} {n['differences'][:1] or n['problems'][:1]}"
+             for n in report["nodes"] if n["status"] != "in-sync"]
+    return Measurement("gpu-provision", fleet, len(names), operations, run.wall_s, run.peak_rss_mb, commands,
+                       in_sync=run.rc == 0, note="; ".join(drift)[:300])
+
+
+def stock_pyinfra(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path,
+                  workload: Path) -> Measurement:
+    """pyinfra's own operations and facts (``--dry``) on the same inventory."""
+    tag = f"pyinfra-{fleet}-{len(names)}-{operations}"
+    counts_file = workdir / f"{tag}.counts.json"
+    run = run_measured([sys.executable, "-m", "bench.stock_pyinfra", str(counts_file), "--", "inventory.py",
+                        "bench/stock_deploy.py", "--dry"], workdir, tag,
+                       env={"GPU_PROVISION_CLUSTER": str(cluster), "GPU_PROVISION_BENCH_WORKLOAD": str(workload)})
+    counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
+    text = run.stdout + run.stderr
+    changes = _pyinfra_changes(text)
+    in_sync = run.rc == 0 and changes == 0
+    note = "" if in_sync else f"rc {run.rc}, {changes} operations would change"
+    return Measurement("stock pyinfra", fleet, len(names), operations, run.wall_s, run.peak_rss_mb, counts,
+                       in_sync=in_sync, note=note)
+
+
+def _pyinfra_changes(text: str) -> int:
+    """Sum of the "Change" column of pyinfra's "Detected changes" table (``-`` is none, ``N (hosts)`` is N)."""
+    total = 0
+    in_table = False
+    for line in text.splitlines():
+        if line.startswith("--> Detected changes"):
+            in_table = True
+            continue
+        if in_table:
+            if not line.strip():
+                break
+            columns = re.split(r"\s{2,}", line.strip())
+            if len(columns) >= 3 and columns[0] != "Operation":
+                found = re.match(r"(\d+)", columns[-2])
+                total += int(found.group(1)) if found else 0
+    return total
+
+
+def ensure_ansible() -> Path:
+    """ansible-playbook from a separate virtual environment under bench/ (created and installed on first use)."""
+    binary = ANSIBLE_VENV / "bin" / "ansible-playbook"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(ANSIBLE_VENV)], check=True)
+        subprocess.run([str(ANSIBLE_VENV / "bin" / "pip"), "install", "-q", ANSIBLE_VERSION], check=True)
+    return binary
+
+
+def ansible(workdir: Path, fleet: str, hosts: list[tuple[str, str]], operations: int, inventory: Path,
+            playbook: Path, forks: int) -> Measurement:
+    """The equivalent playbook with ``--check --diff`` (pipelining and SSH connection reuse on)."""
+    tag = f"ansible-{fleet}-{len(hosts)}-{operations}"
+    env = {"ANSIBLE_PIPELINING": "True", "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_RETRY_FILES_ENABLED": "False",
+           "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=120s",
+           "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-tmp"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_CONTROL_PATH_DIR": str(workdir / "cp")}
+    run = run_measured([str(ensure_ansible()), "-i", str(inventory), str(playbook), "--check", "--diff", "-vvv",
+                        "-f", str(forks)], workdir, tag, env=env)
+    by_address = {address: name for name, address in hosts}
+    counts: dict[str, int] = dict.fromkeys(by_address.values(), 0)
+    for match in re.finditer(r"^<([0-9.]+)> SSH: EXEC ", run.stdout, re.M):
+        name = by_address.get(match.group(1))
+        if name:
+            counts[name] += 1
+    recap = re.findall(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", run.stdout, re.M)
+    bad = [f"{h} changed={c} unreachable={u} failed={f}" for h, _, c, u, f in recap if (c, u, f) != ("0", "0", "0")]
+    in_sync = run.rc == 0 and len(recap) == len(hosts) and not bad
+    note = "" if in_sync else (f"rc {run.rc}; " + "; ".join(bad[:3]))[:300]
+    return Measurement("ansible --check", fleet, len(hosts), operations, run.wall_s, run.peak_rss_mb, counts,
+                       in_sync=in_sync, note=note)
