@@ -14,6 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -57,6 +58,19 @@ def test_manifests(expectations: dict[str, dict]) -> None:
     assert ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": incluster.APP}
     # The YAML stream round-trips.
     assert list(yaml.safe_load_all(yaml.safe_dump_all(docs))) == docs
+
+
+def test_manifests_are_valid_kubernetes_objects(expectations: dict[str, dict]) -> None:
+    """Validated offline against the Kubernetes 1.31 schemas, unknown fields rejected."""
+    for doc in incluster.manifests(expectations):
+        kubernetes_validate.validate(doc, "1.31.0", strict=True)
+
+
+def test_pod_manifest_of_the_agent_is_valid() -> None:
+    from gpu_provision.agent import runtime
+
+    pod = runtime.pod_manifest({"node_name": "gpu-01", "pod_image": "python:3.12-slim"}, "nvidia.com/gpu")
+    kubernetes_validate.validate(pod, "1.31.0", strict=True)
 
 
 def _stand_in_kubectl(tmp_path: Path, answers: dict[str, str]) -> None:
