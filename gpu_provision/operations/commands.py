@@ -6,15 +6,21 @@ Every operation here reads the node through :func:`current_state` (one batched p
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Callable
 from typing import Any
 
+from pyinfra import logger
 from pyinfra.api import operation
 from pyinfra.context import ctx_host
+from pyinfra.operations import server
 
 from gpu_provision.facts.state import invalidate, node_state
 from gpu_provision.state import NodeStateData, Request
+
+#: Written when a node needs a reboot it may not take by itself (gone after the reboot: /var/run is a tmpfs).
+REBOOT_MARKER = "/var/run/gpu-provision/reboot-required"
 
 _BASE_REQUEST: dict[int, Request] = {}
 
@@ -72,10 +78,12 @@ def fail(reason: str):
 
 
 @operation()
-def guarded(command: str, needed: Callable[[NodeStateData], str | None], request: Request, noop: str):
+def guarded(command: str | Callable[[NodeStateData], str], needed: Callable[[NodeStateData], str | None],
+            request: Request, noop: str):
     """Run ``command`` only while ``needed(state)`` gives a reason to.
 
-    + command: shell command that brings the node to the wanted state
+    + command: shell command that brings the node to the wanted state, or a function of the node's state that
+      returns it (for commands naming what the node has, such as the device files to fix)
     + needed: takes the node's state, returns why the command must run, or None when the node is already there
     + request: what the probe must read for ``needed``
     + noop: what to log when the command is not needed ("CDI spec already current")
@@ -93,9 +101,46 @@ def guarded(command: str, needed: Callable[[NodeStateData], str | None], request
         )
     """
     target = this_host()
-    reason = needed(current_state(target, request))
-    if reason is None:
+    state = current_state(target, request)
+    if needed(state) is None:
         target.noop(noop)
         return
     mark_changed(target)
-    yield command
+    yield command(state) if callable(command) else command
+
+
+@operation()
+def reboot_when(needed: Callable[[NodeStateData], str | None], request: Request, allowed: bool,
+                marker: str = REBOOT_MARKER):
+    """Reboot the node (and wait for it) when ``needed`` says so and rebooting is allowed, else flag it.
+
+    + needed: takes the node's state, returns why a reboot is needed, or None
+    + request: what ``needed`` reads (``marker`` is added)
+    + allowed: the node's ``driver.reboot == "allowed"``
+    + marker: file that records a pending reboot when rebooting is not allowed (``/var/run`` is empty after boot)
+
+    Without permission the host gets a warning and the marker file holds the reason; the marker is written once,
+    so a node that waits for its reboot shows no change on later runs.
+
+    .. code:: python
+
+        commands.reboot_when(name="Reboot for the driver", needed=driver_reboot_reason, request=req, allowed=False)
+    """
+    target = this_host()
+    state = current_state(target, request.merge(Request(files={marker}, contents={marker})))
+    reason = needed(state)
+    if reason is None:
+        target.noop("no reboot needed")
+        return
+    if allowed:
+        mark_changed(target)
+        yield from server.reboot._inner(delay=10, interval=2, reboot_timeout=900)
+        return
+    target.log_styled(f"reboot required: {reason} (driver.reboot is not 'allowed')", fg="yellow",
+                      log_func=logger.warning)
+    line = f"{reason}\n"
+    if state.file(marker).content == line:
+        target.noop(f"reboot already flagged in {marker}")
+        return
+    mark_changed(target)
+    yield f"mkdir -p {shlex.quote(posixpath.dirname(marker))} && printf %s {shlex.quote(line)} > {shlex.quote(marker)}"

@@ -6,6 +6,7 @@ record lives here (:func:`changed_paths`), filled by every operation that writes
 
 from __future__ import annotations
 
+import json
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 from pyinfra.api import FileUploadCommand, operation
 
-from gpu_provision.desired import FileWant, request_for, sha256
+from gpu_provision.desired import FileWant, deep_merge, request_for, sha256
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.state import FileState, NodeStateData, Request
 
@@ -37,11 +38,24 @@ def changed_paths(target: Any) -> set[str]:
     return set(_CHANGED.get(_phase(target), set()))
 
 
+def json_contains(text: str | None, keys: dict[str, Any]) -> bool:
+    """Whether JSON ``text`` already holds every key of ``keys`` with its value (layout and other keys ignored).
+
+    Other tools rewrite merged files in their own layout (``nvidia-ctk runtime configure`` indents daemon.json by
+    four): comparing text would rewrite the file, and restart its service, on every run.
+    """
+    try:
+        data = json.loads(text) if text is not None else None
+    except ValueError:
+        return False
+    return isinstance(data, dict) and deep_merge(data, keys) == data
+
+
 def _content_matches(want: FileWant, current: FileState) -> bool:
     if not current.exists or current.type != "file":
         return False
-    if want.merge:
-        return current.content is not None and sha256(want.desired_text(current.content)) == current.sha256
+    if want.merge == "json":
+        return json_contains(current.content, want.keys)
     return want.content is None or sha256(want.content) == current.sha256
 
 
@@ -110,3 +124,24 @@ def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWan
     record_changed(host, content_changes(wanted, state))
     mark_changed(host)
     yield from commands
+
+
+@operation()
+def on_change(paths: Sequence[str], command: str, noop: str):
+    """Run ``command`` when one of ``paths`` changed in this run (an initramfs rebuild after a modprobe file).
+
+    + paths: files written by earlier operations of this run
+    + command: what to run after such a change
+    + noop: what to log otherwise
+
+    .. code:: python
+
+        files.on_change(name="Rebuild initramfs", paths=["/etc/modprobe.d/blacklist-nouveau.conf"],
+                           command="update-initramfs -u", noop="modprobe files unchanged")
+    """
+    target = this_host()
+    if not changed_paths(target).intersection(paths):
+        target.noop(noop)
+        return
+    mark_changed(target)
+    yield command

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from pyinfra.api import operation
 
@@ -18,6 +22,31 @@ REPOSITORY_PREFIXES = ("/etc/apt/sources.list", "/etc/apt/preferences", "/etc/ap
 
 APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--force-confold "
            "--allow-downgrades --allow-change-held-packages")
+
+
+PACKAGES_FILE = Path(__file__).resolve().parent.parent / "data" / "packages.json"
+RPM_FAMILY = ("rhel", "rocky", "almalinux", "centos")
+
+
+@cache
+def catalog() -> dict[str, Any]:
+    """``gpu_provision/data/packages.json``: package names per stage and OS family, with their sources."""
+    return dict(json.loads(PACKAGES_FILE.read_text()))
+
+
+def family(system: Mapping[str, Any]) -> str | None:
+    """``ubuntu``, ``debian`` or ``rhel`` (RHEL and its rebuilds) from the probe's system section; None otherwise."""
+    os_id = str(system.get("os_id", ""))
+    if os_id in ("ubuntu", "debian"):
+        return os_id
+    if os_id in RPM_FAMILY or "rhel" in str(system.get("os_like", "")).split():
+        return "rhel"
+    return None
+
+
+def names(template: Sequence[str], **values: str) -> list[str]:
+    """Package name templates from the catalog with ``{branch}``, ``{flavour}``, ``{kernel}`` filled."""
+    return [t.format(**values) for t in template]
 
 
 def apt_spec(want: PackageWant) -> str:

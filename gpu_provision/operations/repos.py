@@ -180,6 +180,11 @@ def apt_repository(repo_id: str, repo: Repository, pins: Sequence[Pin] = (), pro
     yield from commands
 
 
+def proxy_want(url: str) -> FileWant:
+    """apt's proxy file for ``url``."""
+    return FileWant(PROXY_FILE, content=f'# Managed by gpu-provision\nAcquire::http::Proxy "{url}";\n')
+
+
 @operation()
 def proxy(url: str | None):
     """apt's HTTP proxy (``Acquire::http::Proxy``) in ``/etc/apt/apt.conf.d/90gpu-provision-proxy``.
@@ -206,7 +211,7 @@ def proxy(url: str | None):
         else:
             host.noop("no package proxy, none configured")
         return
-    want = FileWant(PROXY_FILE, content=f'# Managed by gpu-provision\nAcquire::http::Proxy "{url}";\n')
+    want = proxy_want(url)
     commands = plan(want, current, host.get_temp_filename)
     if not commands:
         host.noop(f"package proxy already {url}")

@@ -1,0 +1,98 @@
+"""Container runtime and toolkit versions, CDI spec age, driver install time, /dev/char links, installable kernel packages."""
+
+import contextlib
+import glob
+import os
+import platform
+import re
+import stat
+import subprocess
+
+CDI_SPEC = "/etc/cdi/nvidia.yaml"
+# Packages whose installation or upgrade changes the driver the CDI spec describes.
+DRIVER_PACKAGE_GLOBS = ("nvidia-driver", "nvidia-driver-[0-9]*", "nvidia-open", "cuda-drivers", "cuda-drivers-[0-9]*",
+                        "nvidia-kernel-dkms", "nvidia-kernel-open-dkms", "nvidia-headless-no-dkms-*",
+                        "linux-modules-nvidia-*", "libnvidia-compute-*")
+RPM_DRIVER_PACKAGES = ("nvidia-driver", "nvidia-open", "cuda-drivers", "kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms")
+
+
+def _run(argv):
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                              check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _version(argv, pattern):
+    text = _run(argv)
+    if text is None:
+        return None
+    match = re.search(pattern, text)
+    return match.group(1) if match else None
+
+
+def _mtime(path):
+    try:
+        return int(os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
+def _driver_installed_at():
+    times = []
+    for pattern in DRIVER_PACKAGE_GLOBS:
+        for path in glob.glob("/var/lib/dpkg/info/%s.list" % pattern) + glob.glob(
+                "/var/lib/dpkg/info/%s:*.list" % pattern):
+            stamp = _mtime(path)
+            if stamp is not None:
+                times.append(stamp)
+    if not times and os.path.exists("/usr/bin/rpm"):
+        text = _run(["rpm", "-q", "--qf", "%{INSTALLTIME}\n"] + list(RPM_DRIVER_PACKAGES)) or ""
+        times = [int(line) for line in text.split() if line.isdigit()]
+    return max(times) if times else None
+
+
+def _available(prefix, kernels):
+    """apt packages named ``prefix...-KERNEL`` for one of ``kernels`` that the package index knows."""
+    if not os.path.exists("/usr/bin/apt-cache"):
+        return []
+    text = _run(["apt-cache", "pkgnames", prefix]) or ""
+    suffixes = tuple("-" + k for k in kernels if k)
+    return sorted(name for name in text.split() if suffixes and name.endswith(suffixes))
+
+
+def _dev_char_missing():
+    """NVIDIA device files without their ``/dev/char/MAJOR:MINOR`` link (nvidia-container-toolkit#48)."""
+    missing = []
+    for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISCHR(st.st_mode):
+            continue
+        link = "/dev/char/%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+        if not os.path.exists(link):
+            missing.append(path)
+    return missing
+
+
+def collect(request):
+    """Read everything; ``request`` is unused (a handful of local commands)."""
+    running = platform.release()
+    kernels = {running}
+    with contextlib.suppress(OSError):
+        kernels.update(n for n in os.listdir("/lib/modules") if n[:1].isdigit())
+    return {
+        "nvidia_ctk_version": _version(["nvidia-ctk", "--version"], r"version (\d+\.\d+\.\d+)"),
+        "containerd_version": _version(["containerd", "--version"], r"\sv?(\d+\.\d+\.\d+)"),
+        "docker_version": _version(["dockerd", "--version"], r"version (\d+\.\d+\.\d+)"),
+        "cdi_spec_mtime": _mtime(CDI_SPEC),
+        "driver_installed_at": _driver_installed_at(),
+        # Ubuntu's signed precompiled NVIDIA modules, and header packages, for the running and installed kernels.
+        "precompiled_modules": _available("linux-modules-nvidia-", sorted(kernels)),
+        "headers_available": _available("linux-headers-", sorted(kernels)),
+        "dev_char_missing": _dev_char_missing(),
+    }

@@ -1,0 +1,261 @@
+"""NVIDIA driver: repository, pinned and held packages (open or proprietary modules, DKMS or signed precompiled),
+nouveau blacklisted, persistence daemon, Fabric Manager, and a reboot only when one is needed and allowed.
+
+Package names per OS family come from ``gpu_provision/data/packages.json`` with the source each follows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want
+from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.operations import commands, files, packages, repos, services
+from gpu_provision.operations.commands import current_state
+from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.spec import catalog as gpus
+from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.state import NodeStateData, Request
+
+NAME = "driver"
+BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+BLACKLIST_TEXT = "# Managed by gpu-provision\nblacklist nouveau\noptions nouveau modeset=0\n"
+PERSISTENCED = "nvidia-persistenced.service"
+FABRIC_MANAGER = "nvidia-fabricmanager.service"
+#: Models sold as 8-GPU NVSwitch baseboards (HGX), where Fabric Manager must run for the GPUs to be usable.
+NVSWITCH_MODELS = ("H100-80GB", "H200", "B200")
+INITRAMFS = {"ubuntu": "update-initramfs -u", "debian": "update-initramfs -u", "rhel": "dracut -f"}
+_LOADED_VERSION = re.compile(r"\s(\d+\.\d+(?:\.\d+)?)\s")
+
+
+def modules(node: Node) -> str:
+    """``open`` or ``proprietary``: ``auto`` picks open modules where the GPU model supports them."""
+    if node.driver.kernel_modules != "auto":
+        return node.driver.kernel_modules
+    model = gpus.model(node.gpus.model) if node.gpus.model else None
+    return "open" if model is None or model.open_modules_supported else "proprietary"
+
+
+def precompiled(state: NodeStateData) -> bool:
+    """Whether the node takes Ubuntu's signed precompiled modules (Secure Boot on: DKMS builds are unsigned)."""
+    return family(state.system) == "ubuntu" and state.system.get("secure_boot") == "enabled"
+
+
+def flavour(kernel: str) -> str:
+    """Ubuntu kernel flavour: ``generic`` for ``6.8.0-45-generic``, ``aws`` for ``6.8.0-1015-aws``."""
+    return kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic"
+
+
+def fabric_manager(node: Node) -> bool:
+    """Fabric Manager wanted: as the file says, else on for 8-GPU NVSwitch models."""
+    if node.driver.fabric_manager is not None:
+        return node.driver.fabric_manager
+    return node.gpus.model in NVSWITCH_MODELS and node.gpus.count == 8
+
+
+def driver_version(node: Node, fam: str | None) -> str | None:
+    """The version packages are installed at: exact when the file names one, else the branch as a glob.
+
+    Ubuntu's package names carry the branch, so only an exact version is given there.
+    """
+    if node.driver.version:
+        return node.driver.version
+    return None if fam == "ubuntu" else f"{node.driver.pinned_branch}.*"
+
+
+def driver_packages(node: Node, state: NodeStateData) -> list[str]:
+    """The driver's package names on this node (meta, user space, kernel modules)."""
+    fam = family(state.system)
+    if fam is None:
+        return []
+    entry = catalog()["driver"][fam]
+    kind = f"precompiled_{modules(node)}" if precompiled(state) else modules(node)
+    template = entry[kind]
+    return names(template, branch=node.driver.pinned_branch, flavour=flavour(str(state.system.get("kernel", ""))))
+
+
+def header_packages(node: Node, state: NodeStateData) -> list[str]:
+    """Kernel header packages DKMS needs for the running and pending kernel, where they are missing."""
+    if precompiled(state) or node.driver.install_method != "package":
+        return []
+    manager = state.package_manager
+    if manager not in ("apt", "dnf"):
+        return []
+    headers = state.system.get("headers", {})
+    out = []
+    for kernel in sorted({state.system.get("kernel", ""), state.system.get("kernel_pending", "")} - {""}):
+        if not headers.get(kernel):
+            out.extend(names(catalog()["kernel_headers"][manager], kernel=kernel))
+    return out
+
+
+def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
+    """apt pins that keep every driver package (and its dependencies) on the wanted branch or version."""
+    fam = family(state.system)
+    globs = tuple(catalog()["driver"][fam]["pin"]) if fam else ()
+    if not globs:
+        return []
+    version = f"{node.driver.version}*" if node.driver.version else f"{node.driver.pinned_branch}.*"
+    return [repos.Pin(globs, version)]
+
+
+def uses_repository(state: NodeStateData) -> bool:
+    """Whether the driver comes from the CUDA repository (Debian, RHEL) rather than the distribution (Ubuntu)."""
+    fam = family(state.system)
+    return bool(fam and catalog()["driver"][fam]["repository"])
+
+
+def managed(node: Node) -> bool:
+    """Whether this stage installs anything on ``node`` (GPUs expected, driver installed from packages)."""
+    return node.has_gpus and node.driver.install_method == "package"
+
+
+def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
+    """Driver, Fabric Manager and missing kernel header packages."""
+    fam = family(state.system)
+    version = driver_version(node, fam)
+    out = [PackageWant(name, version, held=True) for name in driver_packages(node, state)]
+    if fabric_manager(node) and fam:
+        for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.pinned_branch):
+            out.append(PackageWant(name, version, held=True))
+    out.extend(PackageWant(name) for name in header_packages(node, state))
+    return out
+
+
+def unit_wants(node: Node) -> list[UnitWant]:
+    """nvidia-persistenced (unless turned off) and Fabric Manager where wanted."""
+    out = []
+    if node.driver.persistenced:
+        out.append(UnitWant(PERSISTENCED))
+    if fabric_manager(node):
+        out.append(UnitWant(FABRIC_MANAGER))
+    return out
+
+
+def file_wants(node: Node) -> list[FileWant]:
+    """The nouveau blacklist."""
+    return [FileWant(BLACKLIST, content=BLACKLIST_TEXT)]
+
+
+def repository_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[FileWant]:
+    """The CUDA repository's files (none on Ubuntu, whose archive carries the driver)."""
+    if not uses_repository(state):
+        return []
+    return repos.repository_files("cuda", cluster.mirrors.cuda, state, repository_pins(node, state),
+                                  cluster.mirrors.package_proxy)
+
+
+def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
+    """Everything the driver stage converges on ``node`` (nothing for a preinstalled driver or a node without GPUs)."""
+    if not managed(node):
+        return []
+    return [*repository_wants(node, cluster, state), *package_wants(node, state), *file_wants(node),
+            *unit_wants(node)]
+
+
+def _all_package_names(node: Node) -> set[str]:
+    """Every driver package name any OS family could use (kernel-dependent names are asked for later)."""
+    out: set[str] = set()
+    branch = node.driver.pinned_branch
+    for entry in catalog()["driver"].values():
+        for key in ("open", "proprietary", "fabric_manager"):
+            out.update(n for n in names(entry.get(key, []), branch=branch, flavour="") if not n.endswith("-"))
+    return out
+
+
+def request(node: Node, cluster: Cluster) -> Request:
+    """Packages, files and units of every OS family, plus the system, GPU and runtime sections."""
+    req = Request(sections={"system", "gpu", "runtime"})
+    if not node.has_gpus:
+        return req
+    req.packages |= _all_package_names(node)
+    req.files |= {BLACKLIST, commands.REBOOT_MARKER} | repos.repository_request("cuda").files
+    req.contents.add(commands.REBOOT_MARKER)
+    req.units |= {PERSISTENCED, FABRIC_MANAGER}
+    return req
+
+
+def loaded_version(state: NodeStateData) -> str | None:
+    """The version of the loaded kernel module (``/proc/driver/nvidia/version``), None when none is loaded."""
+    line = state.section("gpu").get("driver_version_line") or ""
+    match = _LOADED_VERSION.search(line)
+    return match.group(1) if match else None
+
+
+def installed_version(node: Node, state: NodeStateData) -> str | None:
+    """The upstream version of the installed driver (``580.159.04`` from ``580.159.04-1``)."""
+    for name in driver_packages(node, state):
+        version = state.package(name).version
+        if version:
+            return version.split(":", 1)[-1].split("-", 1)[0]
+    return None
+
+
+def reboot_reason(node: Node, state: NodeStateData) -> str | None:
+    """Why the node must reboot for its driver: nouveau still loaded, or another driver version loaded."""
+    if "nouveau" in state.system.get("modules", []) and state.file(BLACKLIST).exists:
+        return "nouveau is loaded; it is blacklisted from the next boot on"
+    loaded, installed = loaded_version(state), installed_version(node, state)
+    if loaded and installed and loaded != installed:
+        return f"driver {loaded} is loaded, {installed} is installed"
+    return None
+
+
+def preinstalled_problems(node: Node, state: NodeStateData) -> list[str]:
+    """For ``install_method: preinstalled``: nvidia-smi must work and report the wanted version or branch."""
+    gpu = state.section("gpu")
+    if gpu.get("smi_rc") != 0:
+        return [f"the driver is to be preinstalled but nvidia-smi fails: {gpu.get('smi_error') or 'not found'}"]
+    versions = sorted({g.get("driver_version", "") for g in gpu.get("gpus", [])})
+    wanted = node.driver.version or f"{node.driver.pinned_branch}."
+    if not versions or not all(v == wanted or (not node.driver.version and v.startswith(wanted))
+                               for v in versions):
+        return [f"preinstalled driver is {', '.join(versions) or 'unknown'}, the file wants "
+                f"{node.driver.version or 'branch ' + node.driver.pinned_branch}"]
+    return []
+
+
+def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
+    """A preinstalled driver that does not match, and a pending reboot."""
+    if not node.has_gpus:
+        return []
+    if node.driver.install_method == "preinstalled":
+        return [Difference("driver", "preinstalled", "working driver as described", p, NAME)
+                for p in preinstalled_problems(node, state)]
+    reason = reboot_reason(node, state)
+    return [Difference("reboot", "driver", "running the installed driver", reason, NAME)] if reason else []
+
+
+@deploy("NVIDIA driver")
+def driver_stage() -> None:
+    """Install the pinned driver and its services, blacklist nouveau, reboot only when needed and allowed."""
+    target = commands.this_host()
+    node, cluster = node_for(host), cluster_for(host)
+    if not node.has_gpus:
+        target.noop("no GPUs expected on this node")
+        return
+    req = request(node, cluster)
+    state = current_state(target, req)
+    if node.driver.install_method == "preinstalled":
+        problems = preinstalled_problems(node, state)
+        if problems:
+            commands.fail(name="Check the preinstalled driver", reason="; ".join(problems))
+        else:
+            target.noop("preinstalled driver matches the cluster file")
+        return
+    fam = family(state.system)
+    if uses_repository(state):
+        repos.apt_repository(name="CUDA repository", repo_id="cuda", repo=cluster.mirrors.cuda,
+                             pins=repository_pins(node, state), proxy=cluster.mirrors.package_proxy)
+    files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
+    files.on_change(name="Rebuild the initramfs without nouveau", paths=[BLACKLIST],
+                    command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
+    packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state))
+    commands.reboot_when(name="Reboot for the driver", needed=lambda s: reboot_reason(node, s), request=req,
+                         allowed=node.driver.reboot == "allowed")
+    # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.
+    services.wants(name="Driver services", wants=unit_wants(node),
+                   _if=lambda: reboot_reason(node, current_state(target, req)) is None)

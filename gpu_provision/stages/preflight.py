@@ -1,0 +1,181 @@
+"""Read-only checks before anything is installed; a node that fails them is stopped alone, with its reasons.
+
+Checks: supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
+are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
+devices against the GPUs the file expects, and nouveau (a warning: the driver stage blacklists it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+
+from gpu_provision.desired import Difference, Want
+from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.operations import commands
+from gpu_provision.operations.commands import current_state
+from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.spec import catalog as gpus
+from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.stages import driver
+from gpu_provision.state import NodeStateData, Request
+
+NAME = "preflight"
+#: (os_id, major version) pairs this project installs on; RHEL rebuilds are listed by their own id.
+SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12"), ("rhel", "9"), ("rocky", "9"),
+                ("almalinux", "9")}
+SUPPORTED_ARCH = ("x86_64", "aarch64")
+MIN_DISK_GIB = 10
+MIN_MEMORY_GIB = 4
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One preflight result that is not a pass: ``fatal`` stops the node, otherwise it is a warning."""
+
+    check: str
+    message: str
+    fatal: bool = True
+
+
+def _os_findings(state: NodeStateData) -> list[Finding]:
+    system = state.system
+    os_id, version = str(system.get("os_id", "")), str(system.get("os_version", ""))
+    key = version if os_id == "ubuntu" else version.split(".")[0]
+    out = []
+    if (os_id, key) not in SUPPORTED_OS:
+        out.append(Finding("os", f"{os_id or 'unknown OS'} {version} is not supported "
+                                 "(Ubuntu 22.04/24.04, Debian 12, RHEL/Rocky/Alma 9)"))
+    if system.get("arch") not in SUPPORTED_ARCH:
+        out.append(Finding("arch", f"architecture {system.get('arch')} is not supported (x86_64, aarch64)"))
+    return out
+
+
+def _resource_findings(state: NodeStateData) -> list[Finding]:
+    system = state.system
+    out = []
+    disk = int(system.get("disk_free_bytes", 0))
+    if disk < MIN_DISK_GIB * GIB:
+        out.append(Finding("disk", f"{disk / GIB:.1f} GiB free on /, at least {MIN_DISK_GIB} GiB needed"))
+    memory = int(system.get("mem_total_kib", 0)) * 1024
+    if memory < MIN_MEMORY_GIB * GIB:
+        out.append(Finding("memory", f"{memory / GIB:.1f} GiB memory, at least {MIN_MEMORY_GIB} GiB needed"))
+    return out
+
+
+def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    """Secure Boot, open/proprietary modules and the kernels the modules must exist for."""
+    if not node.has_gpus or node.driver.install_method != "package":
+        return []
+    system = state.system
+    out = []
+    model = gpus.model(node.gpus.model) if node.gpus.model else None
+    kind = driver.modules(node)
+    if model and model.open_modules_required and kind == "proprietary":
+        out.append(Finding("kernel-modules", f"{model.key} needs the open kernel modules; "
+                                             "set driver.kernel_modules to open or auto"))
+    kernels = sorted({str(system.get("kernel", "")), str(system.get("kernel_pending", ""))} - {""})
+    if driver.precompiled(state):
+        available = set(state.section("runtime").get("precompiled_modules", []))
+        stem = f"linux-modules-nvidia-{node.driver.pinned_branch}-server{'-open' if kind == 'open' else ''}"
+        for kernel in kernels:
+            if f"{stem}-{kernel}" not in available:
+                out.append(Finding("precompiled-modules",
+                                   f"Secure Boot is on and no signed {stem}-{kernel} is available for kernel "
+                                   f"{kernel}; refresh the package index or boot a kernel Ubuntu builds them for"))
+        return out
+    if system.get("secure_boot") == "enabled":
+        out.append(Finding("secure-boot", "Secure Boot is on and the driver would be built by DKMS, unsigned: "
+                                          "enroll a signing key (MOK) and use install_method: preinstalled, "
+                                          "or turn Secure Boot off"))
+    headers = system.get("headers", {})
+    manager = state.package_manager
+    available = set(state.section("runtime").get("headers_available", []))
+    for kernel in kernels:
+        if headers.get(kernel):
+            continue
+        wanted = names(catalog()["kernel_headers"].get(manager or "", []), kernel=kernel)
+        which = "running" if kernel == system.get("kernel") else "pending"
+        if manager == "dnf" or (wanted and set(wanted) <= available):
+            out.append(Finding("kernel-headers", f"no headers for the {which} kernel {kernel}; the driver stage "
+                                                 f"installs {', '.join(wanted)}", fatal=False))
+        else:
+            out.append(Finding("kernel-headers", f"no headers for the {which} kernel {kernel} and no package "
+                                                 f"{', '.join(wanted) or 'for them'} in the configured "
+                                                 "repositories: DKMS could not build the driver for it"))
+    return out
+
+
+def _gpu_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    pci = [d for d in state.section("gpu").get("pci", []) if d.get("gpu")]
+    if not node.has_gpus:
+        return [Finding("gpus", f"{len(pci)} NVIDIA GPU(s) found on a node the file lists without GPUs",
+                        fatal=False)] if pci else []
+    out = []
+    if len(pci) != node.gpus.count:
+        out.append(Finding("gpus", f"{len(pci)} NVIDIA GPU(s) on the PCI bus, the file expects "
+                                   f"{node.gpus.count} {node.gpus.model}"))
+    model = gpus.model(node.gpus.model) if node.gpus.model else None
+    if model:
+        known = {i.upper() for i in model.pci_device_ids}
+        for dev in pci:
+            ident = f"0X{str(dev.get('device', ''))[2:].upper()}10DE"
+            if ident not in known:
+                out.append(Finding("gpus", f"GPU {dev.get('address')} has PCI id {ident.replace('0X', '0x')}, "
+                                           f"not a {model.key} ({', '.join(model.pci_device_ids)})"))
+    return out
+
+
+def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    rt = node.container_runtime
+    if rt.docker_source == "distro" and state.package_manager == "dnf":
+        return [Finding("container-runtime", "RHEL has no distribution Docker or containerd package; "
+                                             "use container_runtime.docker_source: docker")]
+    return []
+
+
+def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding]:
+    """Every failed check (fatal) and warning for ``node``."""
+    out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
+           *_gpu_findings(node, state), *_runtime_findings(node, state)]
+    if "nouveau" in state.system.get("modules", []):
+        out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "
+                                      "reboot", fatal=False))
+    if family(state.system) is None and not any(f.check == "os" for f in out):
+        out.append(Finding("os", "unknown OS family"))
+    return out
+
+
+def request(node: Node, cluster: Cluster) -> Request:
+    """System, GPU and runtime sections (package availability, precompiled modules)."""
+    return Request(sections={"system", "gpu", "runtime"})
+
+
+def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
+    """Preflight converges nothing."""
+    return []
+
+
+def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
+    """Failed checks, so a drift report shows a node that a deploy would stop."""
+    return [Difference("preflight", f.check, "pass", f.message, NAME) for f in findings(node, cluster, state)
+            if f.fatal]
+
+
+@deploy("Preflight checks")
+def preflight_stage() -> None:
+    """Check the node; warn about what the later stages fix, fail this node alone for what they cannot."""
+    target = commands.this_host()
+    node, cluster = node_for(host), cluster_for(host)
+    found = findings(node, cluster, current_state(target, request(node, cluster)))
+    for finding in found:
+        if not finding.fatal:
+            target.log_styled(f"preflight warning: {finding.message}", fg="yellow", log_func=logger.warning)
+    fatal = [f.message for f in found if f.fatal]
+    if fatal:
+        commands.fail(name="Preflight checks", reason="preflight failed: " + "; ".join(fatal))
+    else:
+        target.noop("preflight checks passed")

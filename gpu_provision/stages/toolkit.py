@@ -1,0 +1,178 @@
+"""nvidia-container-toolkit: repository, the four packages pinned and held, the nvidia runtime registered with the
+container runtime, the CDI spec, and ``/dev/char`` links for the device files (nvidia-container-toolkit#48).
+
+``nvidia-ctk`` runs only when the probed state shows it is needed: the runtime configuration lacks the nvidia runtime
+(or its default), the CDI spec is missing or older than the driver, or device files lack their ``/dev/char`` link.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import tomlkit
+from pyinfra import host
+from pyinfra.api import deploy
+
+from gpu_provision.desired import Difference, FileWant, PackageWant, Want
+from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.operations import commands, files, packages, repos
+from gpu_provision.operations.commands import current_state
+from gpu_provision.operations.packages import catalog
+from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.stages import driver
+from gpu_provision.stages.runtime import CONTAINERD_CONFD, CONTAINERD_CONFIG, DAEMON_JSON
+from gpu_provision.state import NodeStateData, Request
+
+NAME = "toolkit"
+CDI_SPEC = "/etc/cdi/nvidia.yaml"
+NVIDIA_DROPIN = f"{CONTAINERD_CONFD}/99-nvidia.toml"
+UDEV_RULE = "/lib/udev/rules.d/71-nvidia-dev-char.rules"
+# From NVIDIA's container toolkit troubleshooting notes for nvidia-container-toolkit#48: recreate the /dev/char
+# links whenever the driver binds, so containers keep their devices across `systemctl daemon-reload`.
+UDEV_TEXT = ('ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
+             'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"\n')
+
+
+def managed(node: Node) -> bool:
+    """The toolkit goes on nodes that carry GPUs."""
+    return node.has_gpus
+
+
+def package_version(node: Node) -> str:
+    """The packages' version as the repositories spell it (``1.17.8-1``)."""
+    version = node.toolkit.version
+    return version if "-" in version else f"{version}-1"
+
+
+def package_wants(node: Node) -> list[PackageWant]:
+    """All four toolkit packages at the same version, held."""
+    return [PackageWant(name, package_version(node), held=True) for name in catalog()["toolkit"]["packages"]]
+
+
+def file_wants(node: Node) -> list[FileWant]:
+    """The udev rule that recreates the /dev/char links."""
+    return [FileWant(UDEV_RULE, content=UDEV_TEXT)]
+
+
+def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
+    """Repository files, packages and the udev rule (nothing on nodes without GPUs)."""
+    if not managed(node):
+        return []
+    repo = repos.repository_files("nvidia-container-toolkit", cluster.mirrors.container_toolkit, state, (),
+                                  cluster.mirrors.package_proxy)
+    return [*repo, *package_wants(node), *file_wants(node)]
+
+
+def request(node: Node, cluster: Cluster) -> Request:
+    """Toolkit packages, runtime configuration text, the CDI spec, and the runtime section."""
+    if not managed(node):
+        return Request()
+    return Request(
+        packages=set(catalog()["toolkit"]["packages"]),
+        files={UDEV_RULE, CDI_SPEC, DAEMON_JSON, CONTAINERD_CONFIG, NVIDIA_DROPIN}
+        | repos.repository_request("nvidia-container-toolkit").files,
+        contents={DAEMON_JSON, CONTAINERD_CONFIG, NVIDIA_DROPIN},
+        sections={"system", "gpu", "runtime"},
+    )
+
+
+def _toml_has(text: str | None, found: Any) -> bool:
+    """Whether any table of TOML ``text`` satisfies ``found(table)``."""
+    if not text:
+        return False
+    try:
+        doc = tomlkit.parse(text).unwrap()
+    except Exception:  # noqa: BLE001 - a broken file simply lacks the setting; containerd itself reports why
+        return False
+    stack: list[Any] = [doc]
+    while stack:
+        table = stack.pop()
+        if found(table):
+            return True
+        stack.extend(v for v in table.values() if isinstance(v, dict))
+    return False
+
+
+def runtime_missing(node: Node, state: NodeStateData) -> str | None:
+    """Why the container runtime's configuration needs ``nvidia-ctk runtime configure``, or None."""
+    default = node.toolkit.default_runtime
+    if node.container_runtime.kind == "docker":
+        try:
+            config = json.loads(state.file(DAEMON_JSON).content or "{}")
+        except ValueError:
+            config = {}
+        if "nvidia" not in (config.get("runtimes") or {}):
+            return "daemon.json has no nvidia runtime"
+        if default and config.get("default-runtime") != "nvidia":
+            return "nvidia is not Docker's default runtime"
+        return None
+    texts = [state.file(CONTAINERD_CONFIG).content, state.file(NVIDIA_DROPIN).content]
+    if not any(_toml_has(t, lambda tbl: isinstance(tbl.get("runtimes"), dict) and "nvidia" in tbl["runtimes"])
+               for t in texts):
+        return "containerd has no nvidia runtime"
+    if default and not any(_toml_has(t, lambda tbl: tbl.get("default_runtime_name") == "nvidia") for t in texts):
+        return "nvidia is not containerd's default runtime"
+    return None
+
+
+def configure_command(node: Node) -> str:
+    """``nvidia-ctk runtime configure`` for the node's runtime, then a restart of that runtime."""
+    kind = node.container_runtime.kind
+    default = " --set-as-default" if node.toolkit.default_runtime else ""
+    return f"nvidia-ctk runtime configure --runtime={kind}{default} && systemctl restart {kind}"
+
+
+def cdi_outdated(state: NodeStateData) -> str | None:
+    """Why the CDI spec must be generated: missing, or older than the installed driver."""
+    section = state.section("runtime")
+    spec, driver_at = section.get("cdi_spec_mtime"), section.get("driver_installed_at")
+    if spec is None:
+        return "no CDI spec"
+    if driver_at is not None and spec < driver_at:
+        return "CDI spec is older than the driver"
+    return None
+
+
+def dev_char_missing(state: NodeStateData) -> str | None:
+    """Why ``create-dev-char-symlinks`` must run: device files without their /dev/char link."""
+    missing = state.section("runtime").get("dev_char_missing") or []
+    return f"no /dev/char link for {', '.join(missing)}" if missing else None
+
+
+def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
+    """The runtime registration, the CDI spec and the /dev/char links."""
+    if not managed(node):
+        return []
+    checks = [("nvidia-runtime", node.container_runtime.kind, runtime_missing(node, state)),
+              ("dev-char", "/dev/char", dev_char_missing(state))]
+    if node.toolkit.cdi:
+        checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state)))
+    return [Difference(kind, item, "present and current", reason, NAME) for kind, item, reason in checks if reason]
+
+
+@deploy("NVIDIA container toolkit")
+def toolkit_stage() -> None:
+    """Install the pinned toolkit, register the nvidia runtime, generate the CDI spec, keep /dev/char links."""
+    target = commands.this_host()
+    node, cluster = node_for(host), cluster_for(host)
+    if not managed(node):
+        target.noop("no GPUs expected on this node")
+        return
+    req = request(node, cluster)
+    repos.apt_repository(name="NVIDIA container toolkit repository", repo_id="nvidia-container-toolkit",
+                         repo=cluster.mirrors.container_toolkit, proxy=cluster.mirrors.package_proxy)
+    packages.wants(name="Container toolkit packages (pinned, held)", wants=package_wants(node))
+    files.wants(name="udev rule for /dev/char links", wants=file_wants(node))
+    # The driver must be usable for the next steps; a node waiting for its reboot gets them after it.
+    ready = {"_if": lambda: driver.reboot_reason(node, current_state(target, req.merge(driver.request(node, cluster))))
+             is None}
+    commands.guarded(name=f"Register the nvidia runtime with {node.container_runtime.kind}",
+                     command=configure_command(node), needed=lambda s: runtime_missing(node, s), request=req,
+                     noop="nvidia runtime already registered")
+    if node.toolkit.cdi:
+        commands.guarded(name="Generate the CDI spec", command=f"nvidia-ctk cdi generate --output={CDI_SPEC}",
+                         needed=cdi_outdated, request=req, noop="CDI spec current", **ready)
+    commands.guarded(name="Create /dev/char links for NVIDIA devices",
+                     command="nvidia-ctk system create-dev-char-symlinks --create-all", needed=dev_char_missing,
+                     request=req, noop="/dev/char links present", **ready)
