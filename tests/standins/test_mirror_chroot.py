@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +46,7 @@ class Chroot:
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
-        proc = subprocess.run(["chroot", str(self.root), *argv], capture_output=True, text=True, env=env, timeout=300)
+        proc = subprocess.run(["chroot", str(self.root), *argv], capture_output=True, text=True, env=env, timeout=120)
         if check:
             assert proc.returncode == 0, (argv, proc.stdout[-3000:], proc.stderr[-3000:])
         return proc
@@ -133,3 +136,50 @@ def test_second_mirror_build_reuses_everything(mirror: MirrorInfo) -> None:
     assert {name: (again.root / rel / "InRelease").read_bytes() for name, rel in again.repos.items()} == inrelease
     assert mirror.key_path.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     assert not (mirror.root / "gnupg").exists() and (dest / "gnupg").is_dir(), "the private keyring is not served"
+
+
+def _wait_for(path: Path) -> int:
+    for _ in range(200):
+        if path.exists() and path.read_text().strip():
+            return int(path.read_text().strip())
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+def test_daemons_hold_and_release_the_gpus(chroot: Chroot) -> None:
+    chroot.write("/etc/apt/sources.list.d/rig.list", sources("/mirror/keys/gpu-provision-rig.asc"))
+    chroot.run(*APT, "update")
+    chroot.run(*APT, "install", "-y", "nvidia-open", "datacenter-gpu-manager", "nvidia-fabricmanager")
+    chroot.write("/etc/gpu-sim/gpus.json", json.dumps({"gpus": H200_HOST}))
+    chroot.run("/usr/lib/gpu-sim/nvidia-sim-load")
+    started: list[int] = []
+    try:
+        chroot.run("nvidia-persistenced")
+        started.append(_wait_for(chroot.root / "run/nvidia-persistenced/nvidia-persistenced.pid"))
+        assert chroot.run("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Enabled\n"
+
+        chroot.run("nv-hostengine")
+        started.append(_wait_for(chroot.root / "run/nvhostengine.pid"))
+        assert "nv-hostengine" in chroot.run("gpu-sim", "state").stdout
+        discovery = chroot.run("dcgmi", "discovery", "-l").stdout
+        assert discovery.startswith("1 GPU found.") and "GPU-7a01bbbc-8780-9e2b-9ffe-56c5caa0e387" in discovery
+        assert "pending enable state" in chroot.run("nvidia-smi", "-mig", "1").stdout, "DCGM holds the GPU"
+
+        chroot.run("nv-fabricmanager", "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg")
+        started.append(_wait_for(chroot.root / "run/nvidia-fabricmanager/nv-fabricmanager.pid"))
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    for _ in range(200):
+        if chroot.run("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\n":
+            break
+        time.sleep(0.05)
+    assert chroot.run("nvidia-smi", "--query-gpu=persistence_mode", "--format=csv,noheader").stdout == "Disabled\n"
+    assert "was successfully reset" in chroot.run("nvidia-smi", "-r").stdout
+    assert chroot.run("nvidia-smi", "--query-gpu=mig.mode.current", "--format=csv,noheader").stdout == "Enabled\n"
+
+    # Fabric manager must match the loaded driver, as the real one does.
+    chroot.run(*APT, "install", "-y", "--allow-downgrades", "nvidia-fabricmanager=580.126.09-1")
+    refused = chroot.run("nv-fabricmanager", "-c", "/usr/share/nvidia/nvswitch/fabricmanager.cfg", check=False)
+    assert refused.returncode == 1 and "incompatible with the loaded driver version 580.159.04" in refused.stderr
