@@ -9,16 +9,20 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 from typing import Any
 
-from pyinfra import host
+import pyinfra
+from pyinfra import host, state
 from pyinfra.api import deploy
+from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import files, python
 
 from gpu_provision.facts.verify import VerifyReport
 from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
 from gpu_provision.verify.expect import expectations_for_host
 from gpu_provision.verify.report import error_report
+from gpu_provision.verify.table import format_table
 
 REMOTE_DIR = "/var/lib/gpu-provision/verify"
 
@@ -48,6 +52,23 @@ def collect_report(state: Any, host: Any, agent_path: str, expect_path: str,
     return bool(report["status"] == "pass")
 
 
+class FleetTable(BaseStateCallback):
+    """Prints the fleet table once the agent operation has finished on every host (pyinfra CLI runs only;
+    ``gpu-provision verify`` prints its own)."""
+
+    def __init__(self, op_hash: str):
+        self.op_hash = op_hash
+
+    def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
+        if op_hash == self.op_hash and REPORTS:
+            print("\n" + format_table(list(REPORTS.values())) + "\n", file=sys.stdout, flush=True)
+
+
+def _print_table_at_end(op_hash: str) -> None:
+    if pyinfra.is_cli and not any(isinstance(h, FleetTable) for h in state.callback_handlers):
+        state.add_callback_handler(FleetTable(op_hash))
+
+
 @deploy("Verify GPU node")
 def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None:
     """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
@@ -65,5 +86,6 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None
     files.put(name="Verification agent", src=io.BytesIO(build_agent()), dest=agent_path, mode="0755")
     files.put(name="Verification expectations", src=io.BytesIO(expectations_for_host(host).encode()),
               dest=expect_path, mode="0644")
-    python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,
-                expect_path=expect_path, report_dir=report_dir)
+    run = python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,
+                      expect_path=expect_path, report_dir=report_dir)
+    _print_table_at_end(run._hash)

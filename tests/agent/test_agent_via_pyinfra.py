@@ -82,6 +82,8 @@ def test_pyinfra_cli_runs_the_verify_deploy(sim_node, tmp_path: Path) -> None:
     healthy = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "verify pass:" in healthy.stdout + healthy.stderr
+    assert any(line.split()[:2] == ["sim-node", "PASS"] for line in healthy.stdout.splitlines())
+    assert "1 of 1 node(s) passed" in healthy.stdout
     report = json.loads((tmp_path / "reports" / "verify" / "@local.json").read_text())
     assert report["status"] == "pass" and schema_problems(report) == []
 
