@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -85,11 +85,16 @@ def node_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list
 
 
 @deploy("GPU node")
-def gpu_node() -> None:
-    """Bring one node to the cluster file's state: every stage in order, one probe per phase when converged."""
+def gpu_node(stages: Sequence[str] | None = None) -> None:
+    """Bring one node to the cluster file's state: stages in order, one probe per phase when converged.
+
+    + stages: the stage names to run (default :data:`STAGES`; :data:`HOST_STACK` for the host stack alone);
+      preflight always runs first, then the package proxy is set
+    """
     node, cluster = node_for(host), cluster_for(host)
     commands.use_request(commands.this_host(), node_request(node, cluster))
     deploy_function(importlib.import_module(f"{PACKAGE}.preflight"))()
     repos.proxy(name="Package proxy", url=cluster.mirrors.package_proxy)
-    for name in STAGES[1:]:
-        deploy_function(importlib.import_module(f"{PACKAGE}.{name}"))()
+    for name in stages or STAGES:
+        if name != "preflight":
+            deploy_function(importlib.import_module(f"{PACKAGE}.{name}"))()

@@ -121,11 +121,14 @@ def _gpu_findings(node: Node, state: NodeStateData) -> list[Finding]:
     model = gpus.model(node.gpus.model) if node.gpus.model else None
     if model:
         known = {i.upper() for i in model.pci_device_ids}
+        wrong: dict[str, list[str]] = {}
         for dev in pci:
-            ident = f"0X{str(dev.get('device', ''))[2:].upper()}10DE"
-            if ident not in known:
-                out.append(Finding("gpus", f"GPU {dev.get('address')} has PCI id {ident.replace('0X', '0x')}, "
-                                           f"not a {model.key} ({', '.join(model.pci_device_ids)})"))
+            ident = f"0x{str(dev.get('device', ''))[2:].upper()}10DE"
+            if ident.upper() not in known:
+                wrong.setdefault(ident, []).append(str(dev.get("address")))
+        for ident, addresses in sorted(wrong.items()):
+            out.append(Finding("gpus", f"GPU(s) {', '.join(addresses)} have PCI id {ident}, not a {model.key} "
+                                       f"({', '.join(model.pci_device_ids)})"))
     return out
 
 

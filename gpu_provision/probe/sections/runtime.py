@@ -5,10 +5,14 @@ import glob
 import os
 import platform
 import re
+import shutil
 import stat
 import subprocess
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
+DPKG_INFO = "/var/lib/dpkg/info"
+DEV = "/dev"
+MODULES_DIR = "/lib/modules"
 # Packages whose installation or upgrade changes the driver the CDI spec describes.
 DRIVER_PACKAGE_GLOBS = ("nvidia-driver", "nvidia-driver-[0-9]*", "nvidia-open", "cuda-drivers", "cuda-drivers-[0-9]*",
                         "nvidia-kernel-dkms", "nvidia-kernel-open-dkms", "nvidia-headless-no-dkms-*",
@@ -34,6 +38,7 @@ def _version(argv, pattern):
 
 
 def _mtime(path):
+    """Seconds since the epoch of ``path``'s last change, None when it does not exist."""
     try:
         return int(os.stat(path).st_mtime)
     except OSError:
@@ -43,12 +48,12 @@ def _mtime(path):
 def _driver_installed_at():
     times = []
     for pattern in DRIVER_PACKAGE_GLOBS:
-        for path in glob.glob("/var/lib/dpkg/info/%s.list" % pattern) + glob.glob(
-                "/var/lib/dpkg/info/%s:*.list" % pattern):
+        for path in glob.glob("%s/%s.list" % (DPKG_INFO, pattern)) + glob.glob(
+                "%s/%s:*.list" % (DPKG_INFO, pattern)):
             stamp = _mtime(path)
             if stamp is not None:
                 times.append(stamp)
-    if not times and os.path.exists("/usr/bin/rpm"):
+    if not times and shutil.which("rpm"):
         text = _run(["rpm", "-q", "--qf", "%{INSTALLTIME}\n"] + list(RPM_DRIVER_PACKAGES)) or ""
         times = [int(line) for line in text.split() if line.isdigit()]
     return max(times) if times else None
@@ -56,7 +61,7 @@ def _driver_installed_at():
 
 def _available(prefix, kernels):
     """apt packages named ``prefix...-KERNEL`` for one of ``kernels`` that the package index knows."""
-    if not os.path.exists("/usr/bin/apt-cache"):
+    if not shutil.which("apt-cache"):
         return []
     text = _run(["apt-cache", "pkgnames", prefix]) or ""
     suffixes = tuple("-" + k for k in kernels if k)
@@ -66,14 +71,14 @@ def _available(prefix, kernels):
 def _dev_char_missing():
     """NVIDIA device files without their ``/dev/char/MAJOR:MINOR`` link (nvidia-container-toolkit#48)."""
     missing = []
-    for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
+    for path in sorted(glob.glob(DEV + "/nvidia*") + glob.glob(DEV + "/nvidia-caps/*")):
         try:
             st = os.stat(path)
         except OSError:
             continue
         if not stat.S_ISCHR(st.st_mode):
             continue
-        link = "/dev/char/%d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev))
+        link = "%s/char/%d:%d" % (DEV, os.major(st.st_rdev), os.minor(st.st_rdev))
         if not os.path.exists(link):
             missing.append(path)
     return missing
@@ -84,7 +89,7 @@ def collect(request):
     running = platform.release()
     kernels = {running}
     with contextlib.suppress(OSError):
-        kernels.update(n for n in os.listdir("/lib/modules") if n[:1].isdigit())
+        kernels.update(n for n in os.listdir(MODULES_DIR) if n[:1].isdigit())
     return {
         "nvidia_ctk_version": _version(["nvidia-ctk", "--version"], r"version (\d+\.\d+\.\d+)"),
         "containerd_version": _version(["containerd", "--version"], r"\sv?(\d+\.\d+\.\d+)"),

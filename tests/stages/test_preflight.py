@@ -1,0 +1,96 @@
+"""Preflight: which nodes are stopped, and why, from canned probe answers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from nodestates import fresh
+
+from gpu_provision.spec import load_cluster
+from gpu_provision.stages import preflight
+from gpu_provision.state import NodeStateData
+
+CLUSTER = load_cluster(str(Path(__file__).resolve().parents[2] / "inventory" / "cluster.yaml"))
+H200 = CLUSTER.node("h200-01")
+
+
+def _findings(node, raw):  # type: ignore[no-untyped-def]
+    return {(f.check, f.fatal): f.message for f in preflight.findings(node, CLUSTER, NodeStateData(raw))}
+
+
+def test_good_node_passes() -> None:
+    for os_key in ("debian12", "ubuntu2404", "rocky9"):
+        assert _findings(H200, fresh(os_key, gpus=8)) == {}, os_key
+
+
+def test_unsupported_os_and_architecture_fail() -> None:
+    raw = fresh("debian12", gpus=8)
+    raw["system"].update(os_id="debian", os_version="11", arch="ppc64le")
+    found = _findings(H200, raw)
+    assert found[("os", True)] == ("debian 11 is not supported (Ubuntu 22.04/24.04, Debian 12, "
+                                   "RHEL/Rocky/Alma 9)")
+    assert found[("arch", True)] == "architecture ppc64le is not supported (x86_64, aarch64)"
+
+
+def test_small_disk_and_memory_fail() -> None:
+    raw = fresh("debian12", gpus=8)
+    raw["system"].update(disk_free_bytes=3 * 1024**3, mem_total_kib=2 * 1024 * 1024)
+    found = _findings(H200, raw)
+    assert found[("disk", True)] == "3.0 GiB free on /, at least 10 GiB needed"
+    assert found[("memory", True)] == "2.0 GiB memory, at least 4 GiB needed"
+
+
+def test_secure_boot_with_dkms_fails_but_ubuntu_uses_signed_modules() -> None:
+    found = _findings(H200, fresh("debian12", gpus=8, secure_boot="enabled"))
+    assert found[("secure-boot", True)].startswith("Secure Boot is on and the driver would be built by DKMS")
+    ubuntu = fresh("ubuntu2404", gpus=8, secure_boot="enabled")
+    ubuntu["runtime"]["precompiled_modules"] = ["linux-modules-nvidia-580-server-open-6.8.0-45-generic",
+                                                "linux-modules-nvidia-580-server-open-6.8.0-47-generic"]
+    assert _findings(H200, ubuntu) == {}
+    # The pending kernel (6.8.0-47) has no signed module yet: the next boot would come up without a driver.
+    ubuntu["runtime"]["precompiled_modules"] = ubuntu["runtime"]["precompiled_modules"][:1]
+    assert "linux-modules-nvidia-580-server-open-6.8.0-47-generic" in _findings(H200, ubuntu)[
+        ("precompiled-modules", True)]
+
+
+def test_headers_for_the_pending_kernel() -> None:
+    raw = fresh("ubuntu2404", gpus=8)
+    raw["system"]["headers"]["6.8.0-47-generic"] = False
+    assert _findings(H200, raw)[("kernel-headers", True)].startswith(
+        "no headers for the pending kernel 6.8.0-47-generic and no package linux-headers-6.8.0-47-generic")
+    raw["runtime"]["headers_available"] = ["linux-headers-6.8.0-47-generic"]
+    assert _findings(H200, raw) == {("kernel-headers", False): "no headers for the pending kernel 6.8.0-47-generic; "
+                                    "the driver stage installs linux-headers-6.8.0-47-generic"}
+
+
+def test_gpus_must_match_the_file() -> None:
+    found = _findings(H200, fresh("debian12", gpus=7))
+    assert found[("gpus", True)] == "7 NVIDIA GPU(s) on the PCI bus, the file expects 8 H200"
+    wrong = _findings(H200, fresh("debian12", gpus=8, device="0x2330"))
+    assert wrong[("gpus", True)] == ("GPU(s) 0000:18:00.0, 0000:19:00.0, 0000:1a:00.0, 0000:1b:00.0, 0000:1c:00.0, "
+                                     "0000:1d:00.0, 0000:1e:00.0, 0000:1f:00.0 have PCI id 0x233010DE, not a H200 "
+                                     "(0x233510DE, 0x233B10DE)")
+    # GPUs on a node listed without any are worth a warning, not a stop.
+    assert _findings(CLUSTER.node("cp-01"), fresh("debian12", gpus=1)) == {
+        ("gpus", False): "1 NVIDIA GPU(s) found on a node the file lists without GPUs"}
+
+
+def test_nouveau_is_a_warning_and_open_modules_are_required_where_the_model_needs_them() -> None:
+    found = _findings(H200, fresh("debian12", gpus=8, modules=("nouveau", "drm")))
+    assert found == {("nouveau", False): "nouveau is loaded; the driver stage blacklists it and the node needs a "
+                                         "reboot"}
+    b200 = replace(H200, gpus=replace(H200.gpus, model="B200"),
+                   driver=replace(H200.driver, kernel_modules="proprietary"))
+    found = _findings(b200, fresh("debian12", gpus=8, device="0x2901"))
+    assert found[("kernel-modules", True)] == "B200 needs the open kernel modules; set driver.kernel_modules to open or auto"
+
+
+def test_distro_docker_is_refused_on_rhel() -> None:
+    node = replace(H200, container_runtime=replace(H200.container_runtime, kind="docker", docker_source="distro"))
+    assert _findings(node, fresh("rocky9", gpus=8))[("container-runtime", True)].startswith("RHEL has no")
+
+
+def test_preinstalled_driver_skips_module_checks() -> None:
+    node = replace(H200, driver=replace(H200.driver, install_method="preinstalled"))
+    assert _findings(node, fresh("debian12", gpus=8, secure_boot="enabled")) == {}
