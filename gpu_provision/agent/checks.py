@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .nvsmi import device_count, parse_list
 from .report import Check, failed, judge, passed, skipped
 
 
@@ -364,10 +365,6 @@ def peer_checks(pair: dict[str, Any], p2p: dict[str, str] | None, nvlink_gbps: f
     return checks
 
 
-_GPU_LINE = re.compile(r"^GPU \d+: ", re.M)
-_MIG_LINE = re.compile(r"^\s+MIG \S+\s+Device\s+\d+:", re.M)
-
-
 def container_check(result: dict[str, Any] | None, expect: dict[str, Any], want_devices: int) -> Check:
     """node.container.gpus: ``nvidia-smi -L`` inside a container lists every expected GPU (or MIG device)."""
     runtime = expect.get("container") or {}
@@ -380,7 +377,7 @@ def container_check(result: dict[str, Any] | None, expect: dict[str, Any], want_
     if result.get("error"):
         return failed("node.container.gpus", {"command": result.get("command")}, expected, result["error"])
     out = result.get("stdout", "")
-    seen = len(_MIG_LINE.findall(out)) or len(_GPU_LINE.findall(out))
+    seen = device_count(parse_list(out))
     measured = {"devices": seen, "command": result.get("command")}
     if result.get("returncode") != 0:
         tail = (result.get("stderr") or out).strip().splitlines()[-1:] or [""]

@@ -237,8 +237,7 @@ def verify(expect: dict[str, Any]) -> tuple[list[Check], dict[str, Any]]:
     if nvml is not None:
         nvml.close()
 
-    want_devices = sum(len(listing.get(g["index"], {}).get("mig", [])) if g.get("mig_current") else 1
-                       for g in gpus or []) if gpus else expect["gpu"]["count"]
+    want_devices = nvsmi.device_count(list(listing.values())) if listing else expect["gpu"]["count"]
     if container_job is not None:
         container_job[0].join()
         box = container_job[1]

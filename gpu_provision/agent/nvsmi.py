@@ -142,6 +142,11 @@ def parse_list(text: str) -> list[dict[str, Any]]:
     return gpus
 
 
+def device_count(listing: list[dict[str, Any]]) -> int:
+    """CUDA-usable devices in a ``parse_list`` result: each MIG device, or the GPU itself where it has none."""
+    return sum(len(gpu["mig"]) or 1 for gpu in listing)
+
+
 _LGI_ROW = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
 _LCI_ROW = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
 

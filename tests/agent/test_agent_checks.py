@@ -239,3 +239,13 @@ def test_pod_check() -> None:
 def test_counts_without_sysfs_is_skip(expect: dict[str, Any], gpu: dict[str, Any]) -> None:
     count, pci = checks.count_checks([gpu], None, expect)
     assert count.status == "pass" and pci.status == "skip"
+
+
+def test_container_counts_mig_devices_and_whole_gpus(expect: dict[str, Any]) -> None:
+    expect["container"] = {"kind": "docker", "runtime": "nvidia", "cdi": True, "image": "ubuntu:24.04"}
+    listing = ("GPU 0: NVIDIA H200 (UUID: GPU-d3d4d48e-bb4a-7dfe-ba8d-0c72be5897cc)\n"
+               "  MIG 3g.71gb      Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n"
+               "  MIG 3g.71gb      Device  1: (UUID: MIG-66666666-7777-8888-9999-000000000000)\n"
+               "GPU 1: NVIDIA H200 (UUID: GPU-c7bb669a-6c98-84b7-fff1-a0bc7cbb3d54)\n")
+    check = checks.container_check({"returncode": 0, "stdout": listing, "stderr": "", "command": "x"}, expect, 3)
+    assert check.status == "pass" and check.measured["devices"] == 3
