@@ -1,0 +1,72 @@
+"""Integration on a real rig node: nvidia-open from the signed mirror over HTTP, then nvidia-smi there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_provision.rig.config import RigNode
+from gpu_provision.rig.lifecycle import Rig, missing_requirements
+from gpu_provision.rig.mirror import build_mirror
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+NODE = RigNode("rigstandin1", "127.0.10.77", gpu_model="H200", gpu_count=1)
+MIRROR_URL = "http://10.77.0.1:8080"
+APT = ("apt-get -q -o Dir::Etc::sourcelist=/etc/apt/sources.list.d/cuda.list -o Dir::Etc::sourceparts=/nonexistent")
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[Rig, RigNode]]:
+    """One node with one simulated H200, removed afterwards (the rig itself only if nothing else runs)."""
+    missing = missing_requirements()
+    if missing:
+        pytest.skip(f"the rig cannot run here: missing {', '.join(missing)}")
+    rig = Rig()
+    rig.remove([NODE.name])
+    try:
+        rig.up([NODE])
+        # The server may have been started by an earlier run: bring the files it serves up to date.
+        build_mirror(rig.paths.mirror)
+        yield rig, NODE
+    finally:
+        rig.remove([NODE.name])
+        if not rig.nodes():
+            rig.down()
+
+
+def ssh(rig: Rig, node: RigNode, command: str) -> subprocess.CompletedProcess[str]:
+    argv = ["ssh", "-F", "/dev/null", "-i", str(rig.paths.client_key),
+            "-o", f"UserKnownHostsFile={rig.paths.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=10",
+            f"root@{node.ssh_address}", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def test_install_nvidia_open_from_the_mirror_and_run_nvidia_smi(node: tuple[Rig, RigNode]) -> None:
+    rig, n = node
+    setup = (
+        "set -e; mkdir -p /etc/apt/keyrings; "
+        "python3 -c \"import urllib.request; open('/etc/apt/keyrings/gpu-provision-rig.asc', 'wb')"
+        f".write(urllib.request.urlopen('{MIRROR_URL}/keys/gpu-provision-rig.asc').read())\"; "
+        "echo 'deb [signed-by=/etc/apt/keyrings/gpu-provision-rig.asc] "
+        f"{MIRROR_URL}/cuda/debian12/x86_64/ /' > /etc/apt/sources.list.d/cuda.list; "
+        f"{APT} update && DEBIAN_FRONTEND=noninteractive {APT} install -y nvidia-open"
+    )
+    installed = ssh(rig, n, setup)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    assert "NO_PUBKEY" not in installed.stdout + installed.stderr
+    units = ssh(rig, n, "systemctl is-active nvidia-sim-load.service nvidia-persistenced.service")
+    assert units.stdout.split() == ["active", "active"], units.stdout + units.stderr
+    listing = ssh(rig, n, "nvidia-smi -L")
+    assert listing.returncode == 0, listing.stdout + listing.stderr
+    gpus = json.loads(ssh(rig, n, "cat /etc/gpu-sim/gpus.json").stdout)["gpus"]
+    assert listing.stdout == f"GPU 0: NVIDIA H200 (UUID: {gpus[0]['uuid']})\n"
+    query = ssh(rig, n, "nvidia-smi --query-gpu=driver_version,persistence_mode,mig.mode.current --format=csv,noheader")
+    assert query.stdout == "580.159.04, Enabled, Disabled\n"
+    dev = ssh(rig, n, "stat -c '%F %t:%T %a' /dev/nvidia0 /dev/nvidiactl")
+    assert dev.stdout.splitlines() == ["character special file c3:0 666", "character special file c3:ff 666"], (
+        dev.stdout + dev.stderr)
