@@ -261,6 +261,8 @@ def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
 
 def _order(steps: list) -> list:
     rank = {k: i for i, k in enumerate(KINDS)}
+    # Mode changes and the resets that finish pending ones are one step per GPU, in GPU order.
+    rank["reset"] = rank["mig-mode"]
     return sorted(steps, key=lambda a: (rank[a.kind], -1 if a.gpu is None else a.gpu))
 
 
