@@ -50,6 +50,21 @@ def test_real_two_gpu_report_checks_every_gpu_and_pair() -> None:
     assert pairs["gpu0-gpu1.p2p.access"]["measured"]["nvml"] == {"read": "OK", "write": "OK"}
 
 
+def test_compact_one_line_report_from_the_system_python() -> None:
+    text = (DEVICE / "verify-report-h200x2-compact.txt").read_text()
+    assert text.count("\n") == 1
+    report = parse_report("ignored", text)
+    assert report["status"] == "pass" and report["summary"]["fail"] == 0
+    assert {c["id"] for c in report["checks"]} == {c["id"] for c in load("verify-report-h200x2.json")["checks"]}
+
+
+def test_pyinfra_cli_capture_shows_the_fleet_table() -> None:
+    lines = (DEVICE / "pyinfra-cli-deploy-h200x2.txt").read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("NODE "))
+    assert lines[header + 1].split()[:7] == ["h200x2-node", "PASS", "2/2", "32", "0", "5", "2.8s"]
+    assert "1 of 1 node(s) passed" in lines
+
+
 def test_pyinfra_local_capture_is_a_list_of_valid_reports() -> None:
     reports = json.loads((DEVICE / "pyinfra-local-h200x2.json").read_text())
     assert isinstance(reports, list) and len(reports) == 1
