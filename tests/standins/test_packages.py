@@ -52,10 +52,9 @@ def test_every_package_and_version_is_built(built: list[debs.BuiltDeb]) -> None:
     got: dict[tuple[str, str], list[str]] = {}
     for deb in built:
         got.setdefault((deb.repo, deb.name), []).append(deb.version)
-        assert field(deb.path, "Package") == deb.name
-        assert field(deb.path, "Version") == deb.version
-        assert field(deb.path, "Description").startswith("Stand-in for the test rig:")
-        assert field(deb.path, "Architecture") == "amd64"
+        fields = subprocess.run(["dpkg-deb", "--field", str(deb.path), "Package", "Version", "Description"],
+                                capture_output=True, text=True, check=True).stdout
+        assert f"Package: {deb.name}\nVersion: {deb.version}\nDescription: Stand-in for the test rig:" in fields
     assert {k: sorted(v) for k, v in got.items() if k[0] != "kubernetes"} == {k: sorted(v) for k, v in EXPECTED.items()}
 
 
