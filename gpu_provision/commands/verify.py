@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         reports = collect.run(args.inventory, limit=args.limit, expect_files=dict(args.expect or []),
                               report_dir=args.report_dir, parallel=args.parallel, remote_dir=args.remote_dir)
     if not reports:
-        raise GpuProvisionError("no reports collected")
+        raise GpuProvisionError("no GPU nodes to verify (the cluster file gives the selected hosts no GPUs)")
     if args.json:
         json.dump(reports, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -79,12 +79,16 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None
 
     Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
     """
+    expectations = expectations_for_host(host)
+    if expectations is None:
+        host.noop("the cluster file gives this node no GPUs: nothing to verify")
+        return
     remote_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or REMOTE_DIR
     agent_path = f"{remote_dir}/{AGENT_FILENAME}"
     expect_path = f"{remote_dir}/expect.json"
     files.directory(name="Verification agent directory", path=remote_dir, mode="0755")
     files.put(name="Verification agent", src=io.BytesIO(build_agent()), dest=agent_path, mode="0755")
-    files.put(name="Verification expectations", src=io.BytesIO(expectations_for_host(host).encode()),
+    files.put(name="Verification expectations", src=io.BytesIO(expectations.encode()),
               dest=expect_path, mode="0644")
     run = python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,
                       expect_path=expect_path, report_dir=report_dir)

@@ -39,8 +39,8 @@ def run(inventory: str, limit: list[str] | None = None, expect_files: dict[str, 
         remote_dir: str | None = None) -> list[dict[str, Any]]:
     """Connect to the inventory's hosts, ship and run the agent on each, return their reports (sorted by node).
 
-    A host that cannot be reached, or whose agent printed no report, gets an ``error`` report, so every host
-    of the run appears in the result.
+    A host that cannot be reached, or whose agent printed no report, gets an ``error`` report, so every GPU
+    host of the run appears in the result; hosts the cluster file gives no GPUs are left out.
     """
     import pyinfra
     from pyinfra.api import Config, State
@@ -67,21 +67,26 @@ def run(inventory: str, limit: list[str] | None = None, expect_files: dict[str, 
     logging.getLogger("pyinfra").setLevel(logging.WARNING)
     pyinfra.is_cli = False
     stage.REPORTS.clear()
+    unreachable: set[str] = set()
     try:
-        connect_all(state)
+        try:
+            connect_all(state)
+        finally:
+            unreachable = {h.name for h in state.failed_hosts}
         add_deploy(state, stage.verify, remote_dir=remote_dir, report_dir=report_dir)
         run_ops(state)
     except PyinfraError:
         pass  # "No hosts remaining!" once every node failed; the reports below say why
-    except GpuProvisionError:
-        raise
     finally:
         disconnect_all(state)
     reports = []
     for host in hosts:
         report = stage.REPORTS.get(host.name)
-        if report is None:
-            reason = "host not reachable" if host in state.failed_hosts or not host.connected else "agent not run"
-            report = error_report(host.name, reason)
-        reports.append(report)
+        if report is not None:
+            reports.append(report)
+        elif host.name in unreachable:
+            reports.append(error_report(host.name, "host not reachable"))
+        elif host in state.failed_hosts:
+            reports.append(error_report(host.name, "an operation before the agent failed (see the log)"))
+        # Otherwise the stage skipped the host: the cluster file gives it no GPUs.
     return sorted(reports, key=lambda r: r["node"])

@@ -219,8 +219,8 @@ def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
     )
 
 
-def expectations_for_host(host: Any) -> str:
-    """The expectations JSON for a pyinfra host.
+def expectations_for_host(host: Any) -> str | None:
+    """The expectations JSON for a pyinfra host, or None for a node the cluster file gives no GPUs.
 
     ``host.data.gpu_provision_verify_expect`` (a path to an expectations JSON file) wins, for rigs and tests;
     otherwise the host's typed node from the cluster file (``gpu_provision.inventory.node_for``).
@@ -239,5 +239,5 @@ def expectations_for_host(host: Any) -> str:
 
     node = node_for(host)
     if not node.has_gpus:
-        raise GpuProvisionError(f"{host.name}: the cluster file gives this node no GPUs; nothing to verify")
+        return None
     return from_node(node, cluster_for(host).kubernetes.enabled).to_json()

@@ -92,3 +92,15 @@ def test_pyinfra_cli_runs_the_verify_deploy(sim_node, tmp_path: Path) -> None:
     assert broken.returncode != 0
     assert "first failure: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2" in (
         broken.stdout + broken.stderr)
+
+
+def test_node_without_gpus_is_skipped(tmp_path: Path, monkeypatch) -> None:
+    """The cluster file's control-plane node has no GPUs: the stage does nothing there and no report is made."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("GPU_PROVISION_NODE", "cp-01")
+    inventory = tmp_path / "inventory_cp.py"
+    data = {"gpu_provision_cluster_file": str(root / "inventory" / "cluster.yaml"),
+            "gpu_provision_verify_dir": str(tmp_path / "node")}
+    inventory.write_text(f"hosts = [('@local', {data!r})]\n")
+    assert collect.run(str(inventory)) == []
+    assert not (tmp_path / "node").exists()
