@@ -25,13 +25,16 @@ class VerifyReport(FactBase):
     """
 
     def command(self, agent_path: str, expect_path: str, node: str = "") -> str:  # type: ignore[override]
+        """Run the agent on the expectations file; ``node`` names error reports made on the controller."""
         self._node = node
         # Exit 1 (a check failed) and 2 (agent error) still print a report; anything else means no agent ran.
         return (f"python3 {shlex.quote(agent_path)} --expect {shlex.quote(expect_path)}"
                 " || test $? -le 2 || echo 'verification agent did not run (is python3 installed?)'")
 
-    def default(self) -> dict[str, Any]:
+    def default(self) -> dict[str, Any]:  # type: ignore[override]
+        """An error report: the command succeeded but printed nothing."""
         return error_report(getattr(self, "_node", "") or "unknown", "the verification agent printed nothing")
 
     def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
+        """The parsed, schema-checked report (an error report when the output is not one)."""
         return parse_report(getattr(self, "_node", "") or "unknown", "\n".join(output))

@@ -60,6 +60,7 @@ class FleetTable(BaseStateCallback):
         self.op_hash = op_hash
 
     def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
+        """Print the table after the agent operation, once every host has reported."""
         if op_hash == self.op_hash and REPORTS:
             print("\n" + format_table(list(REPORTS.values())) + "\n", file=sys.stdout, flush=True)
 
