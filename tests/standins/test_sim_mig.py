@@ -244,3 +244,16 @@ def test_concurrent_creates_do_not_lose_updates(h200: SimNode) -> None:
     ]
     assert all(p.wait(timeout=60) == 0 for p in procs)
     assert len(gis(h200)) == 7
+
+
+def test_fresh_run_directory_is_a_new_boot(h200: SimNode) -> None:
+    """A rebooted container keeps the host's kernel boot id but gets an empty /run: that is a reboot too."""
+    h200.smi("-mig", "1")
+    h200.smi("mig", "-cgi", "0")
+    (h200.root / "run" / "boot-token").unlink()
+    assert h200.smi("--query-gpu=mig.mode.current", "--format=csv,noheader") == "Disabled\n"
+
+
+def test_unknown_gpu_id(h200: SimNode) -> None:
+    proc = h200.run("-i", "3", "-L")
+    assert (proc.returncode, proc.stdout) == (6, "No devices were found\n")

@@ -252,12 +252,28 @@ def check_driver() -> dict:
 
 
 def read_boot_id() -> str:
+    """Identity of the current boot: the kernel's boot id plus a token kept in the run directory.
+
+    The token matters in containers: a rebooted systemd-nspawn node may see the host kernel's boot id, but
+    its /run is a fresh tmpfs, so a new token marks the new boot there too."""
     path = env_path("GPU_SIM_BOOT_ID_FILE", "/proc/sys/kernel/random/boot_id")
     try:
         with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
+            kernel = fh.read().strip()
     except FileNotFoundError:
-        return "unknown"
+        kernel = "unknown"
+    token_path = os.path.join(run_dir(), "boot-token")
+    try:
+        with open(token_path, encoding="utf-8") as fh:
+            token = fh.read().strip()
+    except FileNotFoundError:
+        token = str(uuidlib.uuid4())
+        with contextlib.suppress(OSError):
+            os.makedirs(run_dir(), exist_ok=True)
+            with open(token_path + ".tmp", "w", encoding="utf-8") as fh:
+                fh.write(token + "\n")
+            os.replace(token_path + ".tmp", token_path)
+    return f"{kernel}/{token}"
 
 
 def proc_start_time(pid: int) -> str | None:
@@ -480,7 +496,7 @@ def select_gpus(gpus: list[Gpu], ids: str | None) -> list[Gpu]:
             if (ref.isdigit() and int(ref) == gpu.index) or r == gpu.uuid.lower() or r in (bus, bus[4:]):
                 match = gpu
         if match is None:
-            raise SimError("No devices were found" if not gpus else f"Invalid device id: {ref}", RC_NOT_FOUND)
+            raise SimError("No devices were found", RC_NOT_FOUND)
         chosen.append(match)
     return chosen
 
