@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpu_provision.state import NodeStateData, Request
+from gpu_provision.state import FileState, NodeStateData, Request
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,22 @@ class FileWant:
     group: str = "root"
     #: Keep a copy of the previous file (``PATH.gpu-provision.bak``) before replacing it.
     backup: bool = True
+
+    def satisfied_by(self, current: FileState) -> bool:
+        """Whether the file's content already is what this want asks for (mode and owner aside).
+
+        JSON merges compare parsed content, not text: another tool (``nvidia-ctk runtime configure``) may lay out the
+        same keys differently, and that is no drift.
+        """
+        if not current.exists or current.type != "file":
+            return False
+        if self.merge == "json":
+            try:
+                data = json.loads(current.content) if current.content is not None else None
+            except ValueError:
+                return False
+            return isinstance(data, dict) and deep_merge(data, self.keys) == data
+        return self.content is None or sha256(self.content) == current.sha256
 
     def desired_text(self, current: str | None) -> str:
         """The text the file should have, given its current text (merges keep foreign keys)."""
@@ -153,13 +169,13 @@ def differences(wants: list[Want], state: NodeStateData, stage: str = "") -> lis
             if not f.exists:
                 out.append(Difference("file", want.path, "present", "absent", stage))
                 continue
-            if want.merge:
-                current = f.content
-                if current is None or sha256(want.desired_text(current)) != f.sha256:
-                    out.append(Difference("file", want.path, f"contains {json.dumps(want.keys, sort_keys=True)}",
-                                          "other content", stage))
-            elif want.content is not None and sha256(want.content) != f.sha256:
-                out.append(Difference("file", want.path, f"sha256 {sha256(want.content)[:12]}",
+            if want.satisfied_by(f):
+                pass
+            elif want.merge:
+                out.append(Difference("file", want.path, f"contains {json.dumps(want.keys, sort_keys=True)}",
+                                      "other content", stage))
+            else:
+                out.append(Difference("file", want.path, f"sha256 {sha256(want.content or '')[:12]}",
                                       f"sha256 {(f.sha256 or '')[:12]}", stage))
             for attr in ("mode", "owner", "group"):
                 if getattr(f, attr) != getattr(want, attr):
