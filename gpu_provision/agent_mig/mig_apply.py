@@ -90,8 +90,8 @@ def desired_for(doc: dict, config, snapshot: dict) -> dict:
     return out
 
 
-def probe(tables: bool = False, vgpu: bool = False, sysfs: str = "/sys") -> dict:
-    snapshot = mig_probe.collect({"tables": tables, "vgpu": vgpu, "sysfs": sysfs})
+def probe(tables: bool = False, vgpu: bool = False, sysfs: str = "/sys", state_file: str = KNOWN_TYPES_FILE) -> dict:
+    snapshot = mig_probe.collect({"tables": tables, "vgpu": vgpu, "sysfs": sysfs, "vgpu_state_file": state_file})
     if snapshot.get("smi_rc") != 0:
         raise ApplyError("nvidia-smi failed: " + str(snapshot.get("error")))
     return snapshot
@@ -257,29 +257,29 @@ def apply_layout(args) -> int:
     return 0
 
 
-def record_types(snapshot: dict) -> None:
+def record_types(snapshot: dict, path: str) -> None:
     """Keep the ``{name: id}`` the VFs offer, to name the types of VFs that hold one later (their lists empty)."""
     known = dict(snapshot.get("vgpu_known_types") or {})
     for pf in (snapshot.get("vgpu") or {}).values():
         known.update(mig_vgpu.offered_types(pf))
-    os.makedirs(os.path.dirname(KNOWN_TYPES_FILE), exist_ok=True)
-    with open(KNOWN_TYPES_FILE + ".tmp", "w") as f:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
         json.dump(known, f, indent=1, sort_keys=True)
-    os.replace(KNOWN_TYPES_FILE + ".tmp", KNOWN_TYPES_FILE)
+    os.replace(path + ".tmp", path)
 
 
 def apply_vgpu(args) -> int:
     with open(args.vgpu) as f:
         wanted = {int(k): v for k, v in json.load(f)["gpus"].items()}
     if args.command == "plan":
-        snapshot = probe(vgpu=True, sysfs=args.sysfs)
+        snapshot = probe(vgpu=True, sysfs=args.sysfs, state_file=args.vgpu_state)
         for step in mig_vgpu.plan_vgpu(wanted, snapshot):
             print(step)
         return 0
     # Each write changes what the other VFs offer: probe, take the next step, repeat (bounded by the VF count).
     for done in range(1024):
-        snapshot = probe(vgpu=True, sysfs=args.sysfs)
-        record_types(snapshot)
+        snapshot = probe(vgpu=True, sysfs=args.sysfs, state_file=args.vgpu_state)
+        record_types(snapshot, args.vgpu_state)
         steps = mig_vgpu.plan_vgpu(wanted, snapshot)
         refusals = [s for s in steps if s.kind == "refuse"]
         if refusals:
@@ -312,6 +312,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", help="config name in the layout file (default: its only config)")
     parser.add_argument("--vgpu", help="vGPU file: {\"gpus\": {\"0\": \"NVIDIA H200X-141C\"}}")
     parser.add_argument("--sysfs", default="/sys")
+    parser.add_argument("--vgpu-state", default=KNOWN_TYPES_FILE, help="where vGPU type names and IDs are recorded")
     parser.add_argument("--allow-drain", action="store_true", help="stop user processes instead of refusing")
     parser.add_argument("--reboot-allowed", action="store_true", help="reboot when a GPU reset cannot finish")
     parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin restart")

@@ -167,6 +167,22 @@ def profile_table(lgip_rows, placements):
     }
 
 
+def attach_instances(gpus, lgi_text, lci_text):
+    """Give each GPU its ``gis`` (from ``-lgi`` output), each with its ``cis`` (from ``-lci`` output)."""
+    gis = parse_lgi(lgi_text or "")
+    cis = parse_lci(lci_text or "")
+    for gpu in gpus:
+        gpu["gis"] = []
+        for gi in gis:
+            if gi["gpu"] != gpu["index"]:
+                continue
+            entry = {k: gi[k] for k in ("id", "profile", "profile_id", "start", "size")}
+            entry["cis"] = [{k: ci[k] for k in ("id", "profile", "profile_id", "start", "size")}
+                            for ci in cis if ci["gpu"] == gpu["index"] and ci["gi"] == gi["id"]]
+            gpu["gis"].append(entry)
+    return gpus
+
+
 def parse_compute_apps(text, gpus):
     """Processes from ``--query-compute-apps=APPS_QUERY --format=csv,noheader,nounits``, with the GPU index."""
     by_uuid = {g["uuid"]: g["index"] for g in gpus}
@@ -247,22 +263,11 @@ def collect(request):
         return out
     gpus = parse_query_gpu(text)
     out["gpus"] = gpus
+    lgi = lci = ""
     if any(g["mig_current"] for g in gpus):
         _, lgi = run(["nvidia-smi", "mig", "-lgi"])
         _, lci = run(["nvidia-smi", "mig", "-lci"])
-        gis = parse_lgi(lgi)
-        cis = parse_lci(lci)
-        for gpu in gpus:
-            gpu["gis"] = []
-            for gi in gis:
-                if gi["gpu"] != gpu["index"]:
-                    continue
-                entry = {k: gi[k] for k in ("id", "profile", "profile_id", "start", "size")}
-                entry["cis"] = [{k: ci[k] for k in ("id", "profile", "profile_id", "start", "size")}
-                                for ci in cis if ci["gpu"] == gpu["index"] and ci["gi"] == gi["id"]]
-                gpu["gis"].append(entry)
-    for gpu in gpus:
-        gpu.setdefault("gis", [])
+    attach_instances(gpus, lgi, lci)
     rc, apps = run(["nvidia-smi", "--query-compute-apps=" + APPS_QUERY, "--format=csv,noheader,nounits"])
     out["processes"] = parse_compute_apps(apps, gpus) if rc == 0 else []
     if rc != 0:

@@ -1,0 +1,220 @@
+"""The MIG decision on the real H200 profile tables: parsers of the driver's formats, the placement planner, and
+the exact command sequence for each case (enable, change of layout, no-op, busy GPU, pending mode, disable)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from gpu_provision.mig import layout
+from gpu_provision.mig.layout import Action
+from gpu_provision.mig.plan import layout_drift, mig_actions, table_dict
+from gpu_provision.probe.sections import mig as probe
+from gpu_provision.spec import catalog, load_cluster
+from gpu_provision.spec import mig as spec_mig
+from gpu_provision.spec.model import MigLayout, MigPlacement
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+UUID = "GPU-7a01bbbc-8780-9e2b-9ffe-56c5caa0e387"
+BALANCED = [("2g.35gb", 0, 2), ("1g.18gb", 2, 1), ("1g.18gb", 3, 1), ("3g.71gb", 4, 4)]
+TWO_3G = [("3g.71gb", 0, 4), ("3g.71gb", 4, 4)]
+
+
+def snapshot(current: bool = True, pending: bool | None = None, instances: bool = True, processes=(),
+             count: int = 1) -> dict:
+    """A probe answer for ``count`` H200s, GPU 0 with the balanced layout when ``instances`` (parsed from text in
+    the driver's format)."""
+    line = "{i}, {uuid}, NVIDIA H200, 00000000:{bus:02X}:00.0, 0x233510DE, {cur}, {pend}"
+    word = {True: "Enabled", False: "Disabled"}
+    text = "\n".join(line.format(i=i, uuid=UUID if i == 0 else UUID[:-1] + str(i), bus=6 + i, cur=word[current],
+                                 pend=word[current if pending is None else pending]) for i in range(count))
+    gpus = probe.parse_query_gpu(text)
+    lgi = (HERE / "fixtures" / "lgi-balanced.txt").read_text() if instances and current else ""
+    lci = (HERE / "fixtures" / "lci-balanced.txt").read_text() if instances and current else ""
+    probe.attach_instances(gpus, lgi, lci)
+    return {"smi_rc": 0, "error": None, "gpus": gpus, "processes": list(processes)}
+
+
+def want(placements, enabled: bool = True) -> dict:
+    return {0: {"enabled": enabled, "placements": list(placements)}}
+
+
+def argv(actions: list[Action]) -> list[str]:
+    return [" ".join(a) for action in actions for a in layout.commands(action)]
+
+
+# --- parsers --------------------------------------------------------------------------------------------------
+
+
+def test_driver_tables_equal_the_catalog(h200_table: dict) -> None:
+    """The real H200's -lgip/-lgipp, parsed, give exactly the catalog's table (so node and controller plan alike)."""
+    assert h200_table == table_dict(catalog.model("H200").mig)
+
+
+def test_lgi_with_mig_disabled_is_empty() -> None:
+    assert probe.parse_lgi((REPO / "tests/fixtures/h200/nvidia-smi_mig_-lgi.txt").read_text()) == []
+
+
+def test_lgi_and_lci_rows() -> None:
+    gis = probe.parse_lgi((HERE / "fixtures" / "lgi-balanced.txt").read_text())
+    assert [(g["profile"], g["profile_id"], g["id"], g["start"], g["size"]) for g in gis] == [
+        ("3g.71gb", 9, 2, 4, 4), ("2g.35gb", 14, 3, 0, 2), ("1g.18gb", 19, 9, 2, 1), ("1g.18gb", 19, 10, 3, 1)]
+    cis = probe.parse_lci((HERE / "fixtures" / "lci-balanced.txt").read_text())
+    assert [(c["gi"], c["profile"], c["profile_id"], c["id"], c["size"]) for c in cis] == [
+        (2, "3g.71gb", 2, 0, 3), (3, "2g.35gb", 1, 0, 2), (9, "1g.18gb", 0, 0, 1), (10, "1g.18gb", 0, 0, 1)]
+
+
+def test_compute_apps_mapped_to_gpu_index() -> None:
+    gpus = snapshot()["gpus"]
+    apps = probe.parse_compute_apps(f"4242, python3, {UUID}, 1024\n", gpus)
+    assert apps == [{"pid": 4242, "name": "python3", "gpu_uuid": UUID, "gpu": 0, "used_memory_mib": "1024"}]
+
+
+def test_node_planner_equals_controller_planner(h200_table: dict) -> None:
+    """Every H200 layout up to each profile's limit: same placements, or both refuse."""
+    profiles = catalog.model("H200").mig.profiles
+    for combo in itertools.product(*(range(min(p.max_instances, 4) + 1) for p in profiles)):
+        counts = {p.name: c for p, c in zip(profiles, combo) if c}
+        node = layout.plan_placements(h200_table, counts)
+        fits = spec_mig.fits(catalog.model("H200").mig, counts)
+        if not fits:
+            assert node is None, counts
+            continue
+        planned = spec_mig.plan(catalog.model("H200").mig, counts)
+        assert node == [(p.profile, p.start, p.size) for p in planned], counts
+
+
+# --- command sequences ----------------------------------------------------------------------------------------
+
+
+def test_enable_from_disabled() -> None:
+    actions = layout.plan_node(want(BALANCED), snapshot(current=False))
+    assert argv(actions) == [
+        "nvidia-smi -i 0 -mig 1",
+        "nvidia-smi mig -i 0 -cgi 3g.71gb:4 -C",
+        "nvidia-smi mig -i 0 -cgi 2g.35gb:0 -C",
+        "nvidia-smi mig -i 0 -cgi 1g.18gb:2 -C",
+        "nvidia-smi mig -i 0 -cgi 1g.18gb:3 -C",
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+    ]
+    assert [a.kind for a in actions][-1] == "restart-device-plugin"
+
+
+def test_no_op_when_layout_matches() -> None:
+    assert layout.plan_node(want(BALANCED), snapshot(), active_units={"kubelet.service"}) == []
+
+
+def test_change_of_layout_applies_only_the_difference() -> None:
+    actions = layout.plan_node(want(TWO_3G), snapshot(), active_units={"kubelet.service", "nvidia-dcgm.service",
+                                                                        "nvidia-fabricmanager.service"})
+    assert argv(actions) == [
+        "systemctl stop kubelet.service nvidia-dcgm.service",
+        "nvidia-smi mig -i 0 -gi 3 -ci 0 -dci",
+        "nvidia-smi mig -i 0 -gi 9 -ci 0 -dci",
+        "nvidia-smi mig -i 0 -gi 10 -ci 0 -dci",
+        "nvidia-smi mig -i 0 -gi 3 -dgi",
+        "nvidia-smi mig -i 0 -gi 9 -dgi",
+        "nvidia-smi mig -i 0 -gi 10 -dgi",
+        "nvidia-smi mig -i 0 -cgi 3g.71gb:0 -C",
+        "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+        "systemctl start nvidia-dcgm.service kubelet.service",
+    ]
+
+
+def test_mode_change_also_stops_persistenced_and_fabric_manager() -> None:
+    units = {"kubelet.service", "nvidia-persistenced.service", "nvidia-fabricmanager.service", "sshd.service"}
+    actions = layout.plan_node(want(BALANCED), snapshot(current=False), active_units=units)
+    assert argv(actions)[0] == "systemctl stop kubelet.service nvidia-persistenced.service nvidia-fabricmanager.service"
+    assert argv(actions)[-1] == "systemctl start nvidia-fabricmanager.service nvidia-persistenced.service kubelet.service"
+
+
+def test_busy_gpu_is_refused_naming_processes() -> None:
+    procs = [{"pid": 4242, "name": "python3", "gpu_uuid": UUID, "gpu": 0, "used_memory_mib": "1024"}]
+    actions = layout.plan_node(want(TWO_3G), snapshot(processes=procs))
+    assert [a.kind for a in actions] == ["refuse"]
+    assert str(actions[0]) == ("GPU 0: refused: GPU 0 is in use by 4242 (python3); stop them or set "
+                               "mig.allow_drain")
+    assert argv(actions) == []
+    drained = layout.plan_node(want(TWO_3G), snapshot(processes=procs), allow_drain=True)
+    assert drained[0] == Action("drain", gpu=0, pids=((4242, "python3"),))
+    assert argv(drained)[-2] == "nvidia-smi mig -i 0 -cgi 3g.71gb:0 -C"
+
+
+def test_busy_gpu_without_a_change_is_left_alone() -> None:
+    procs = [{"pid": 4242, "name": "python3", "gpu_uuid": UUID, "gpu": 0, "used_memory_mib": "1024"}]
+    assert layout.plan_node(want(BALANCED), snapshot(processes=procs)) == []
+
+
+def test_pending_enable_is_finished_by_a_reset() -> None:
+    actions = layout.plan_node(want(BALANCED), snapshot(current=False, pending=True))
+    assert argv(actions)[:2] == ["nvidia-smi -r -i 0", "nvidia-smi mig -i 0 -cgi 3g.71gb:4 -C"]
+    assert str(actions[0]) == "GPU 0: reset the GPU (MIG enable is pending)"
+
+
+def test_pending_disable_is_cancelled() -> None:
+    actions = layout.plan_node(want(BALANCED), snapshot(current=True, pending=False))
+    assert argv(actions) == ["nvidia-smi -i 0 -mig 1", "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml"]
+
+
+def test_disable_tears_down_first() -> None:
+    actions = layout.plan_node(want([], enabled=False), snapshot())
+    commands = argv(actions)
+    assert commands[:4] == [f"nvidia-smi mig -i 0 -gi {gi} -ci 0 -dci" for gi in (3, 9, 10, 2)]
+    assert commands[4:8] == [f"nvidia-smi mig -i 0 -gi {gi} -dgi" for gi in (3, 9, 10, 2)]
+    assert commands[8] == "nvidia-smi -i 0 -mig 0"
+    assert layout.plan_node(want([], enabled=False), snapshot(current=False)) == []
+
+
+def test_missing_gpu_and_failed_nvidia_smi_are_refused() -> None:
+    missing = layout.plan_node({3: {"enabled": True, "placements": BALANCED}}, snapshot())
+    assert [str(a) for a in missing] == ["GPU 3: refused: GPU 3 is not on this node"]
+    broken = layout.plan_node(want(BALANCED), {"smi_rc": 9, "error": "NVIDIA-SMI has failed", "gpus": []})
+    assert [a.kind for a in broken] == ["refuse"] and "NVIDIA-SMI has failed" in str(broken[0])
+
+
+def test_migparted_entries_select_gpus_by_device_id_and_index() -> None:
+    gpus = snapshot(count=2)["gpus"]
+    doc = {"version": "v1", "mig-configs": {"n": [
+        {"device-filter": ["0x20B210DE"], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+        {"device-filter": "0x233510de", "devices": [1], "mig-enabled": True, "mig-devices": {"3g.71gb": 2}},
+        {"devices": [0], "mig-enabled": False},
+    ]}}
+    assert layout.layouts_from_migparted(doc, None, gpus) == {
+        0: {"enabled": False, "profiles": {}}, 1: {"enabled": True, "profiles": {"3g.71gb": 2}}}
+    with pytest.raises(ValueError, match="no config named 'x'"):
+        layout.layouts_from_migparted(doc, "x", gpus)
+
+
+# --- the controller's typed entry points -----------------------------------------------------------------------
+
+
+def test_example_cluster_node_plan() -> None:
+    """inventory/cluster.yaml's h200-01: GPUs 0-6 balanced, GPU 7 whole; all eight MIG-disabled now."""
+    node = load_cluster(REPO / "inventory" / "cluster.yaml").node("h200-01")
+    snap = snapshot(current=False, count=8)
+    actions = mig_actions(node.mig.layouts, snap, catalog.model("H200"))
+    modes = [a.gpu for a in actions if a.kind == "mig-mode"]
+    assert modes == list(range(7))
+    creates = [(a.gpu, a.profile, a.start) for a in actions if a.kind == "create-gi"]
+    assert creates[:4] == [(0, "3g.71gb", 4), (0, "2g.35gb", 0), (0, "1g.18gb", 2), (0, "1g.18gb", 3)]
+    assert len(creates) == 28 and all(g != 7 for g, _, _ in creates)
+
+
+def test_drift_lines() -> None:
+    layouts = {0: MigLayout({"3g.71gb": 2}, placements=tuple(MigPlacement(*p) for p in TWO_3G))}
+    assert layout_drift(layouts, snapshot()) == [
+        "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found 2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, 3g.71gb@4:4"]
+    assert layout_drift(layouts, snapshot(current=False, pending=True)) == [
+        "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found MIG enable pending"]
+    balanced = {0: MigLayout({"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}, placements=tuple(
+        MigPlacement(*p) for p in BALANCED))}
+    assert layout_drift(balanced, snapshot()) == []
+
+
+def test_placements_planned_when_the_layout_has_none() -> None:
+    layouts = {0: MigLayout({"3g.71gb": 2})}
+    actions = mig_actions(layouts, snapshot(current=False), catalog.model("H200"))
+    assert argv(actions)[1:3] == ["nvidia-smi mig -i 0 -cgi 3g.71gb:0 -C", "nvidia-smi mig -i 0 -cgi 3g.71gb:4 -C"]
