@@ -1,0 +1,117 @@
+"""The MIG stage's wants, layout file, boot unit and differences, and the operations' commands, for the example
+cluster file's nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from gpu_provision import agent_mig
+from gpu_provision.desired import FileWant, UnitWant
+from gpu_provision.mig import layout
+from gpu_provision.operations import mig as mig_ops
+from gpu_provision.operations import vgpu as vgpu_ops
+from gpu_provision.probe.sections import mig as probe
+from gpu_provision.spec import catalog, load_cluster
+from gpu_provision.spec.migparted import check_document, node_config
+from gpu_provision.stages import mig as stage
+from gpu_provision.state import NodeStateData
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = load_cluster(REPO / "inventory" / "cluster.yaml")
+H200 = CLUSTER.node("h200-01")
+
+
+def snapshot(current: bool, count: int = 8, gis: dict[int, list[tuple[str, int, int]]] | None = None) -> dict:
+    word = "Enabled" if current else "Disabled"
+    text = "\n".join(f"{i}, GPU-0000000{i}-0000-0000-0000-000000000000, NVIDIA H200, 00000000:{0x18 + i:02X}:00.0, "
+                     f"0x233510DE, {word}, {word}" for i in range(count))
+    gpus = probe.parse_query_gpu(text)
+    for gpu in gpus:
+        gpu["gis"] = [{"id": n, "profile": p, "profile_id": 0, "start": s, "size": z,
+                       "cis": [{"id": 0, "profile": p, "profile_id": 0, "start": 0, "size": 1}]}
+                      for n, (p, s, z) in enumerate((gis or {}).get(gpu["index"], []), 1)]
+    return {"smi_rc": 0, "error": None, "gpus": gpus, "processes": []}
+
+
+def converged() -> dict:
+    placements = [(p.profile, p.start, p.size) for p in H200.mig.layouts[0].placements]
+    snap = snapshot(True, gis={i: placements for i in range(7)})
+    snap["gpus"][7]["mig_current"] = snap["gpus"][7]["mig_pending"] = False
+    return snap
+
+
+def test_wants_of_a_mig_node() -> None:
+    wants = stage.wants(H200, CLUSTER)
+    paths = [w.path for w in wants if isinstance(w, FileWant)]
+    assert paths == sorted(agent_mig.applier_files()) + [agent_mig.LAYOUT_FILE, agent_mig.UNIT_PATH]
+    assert [w for w in wants if isinstance(w, UnitWant)] == [UnitWant(agent_mig.UNIT_NAME, enabled=True, running=None)]
+    applier = next(w for w in wants if isinstance(w, FileWant) and w.path == agent_mig.APPLIER)
+    assert applier.mode == "0755"
+    assert stage.wants(CLUSTER.node("cp-01"), CLUSTER) == []
+    request = stage.request(H200, CLUSTER)
+    assert "mig" in request.sections and "nvidia-dcgm.service" in request.units
+    assert agent_mig.LAYOUT_FILE in request.files
+
+
+def test_layout_file_is_migparted_v1_in_json() -> None:
+    text = agent_mig.layout_text(H200)
+    doc = json.loads(text)
+    assert yaml.safe_load(text) == doc
+    assert check_document(doc) == []
+    assert doc["mig-configs"]["h200-01"] == node_config(H200, catalog.model("H200"))
+    # What the node-side applier reads back from it, for the node's eight GPUs.
+    layouts = layout.layouts_from_migparted(doc, None, snapshot(False)["gpus"])
+    assert layouts[7] == {"enabled": False, "profiles": {}}
+    assert all(layouts[i] == {"enabled": True, "profiles": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}}
+               for i in range(7))
+
+
+def test_boot_unit() -> None:
+    unit = agent_mig.unit_text(H200)
+    before = next(line for line in unit.splitlines() if line.startswith("Before="))
+    assert {"containerd.service", "docker.service", "kubelet.service"} <= set(before[7:].split())
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exec_start == ("ExecStart=/usr/bin/python3 /usr/local/lib/gpu-provision/mig/mig_apply.py boot "
+                          "--layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json")
+    assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
+
+
+def test_differences_name_each_drifted_gpu() -> None:
+    state = NodeStateData({"mig": snapshot(False)})
+    found = stage.extra_differences(H200, CLUSTER, state)
+    assert [d.item for d in found] == [f"GPU {i}" for i in range(7)]
+    assert found[0].kind == "mig-layout"
+    assert found[0].expected == "2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, 3g.71gb@4:4"
+    assert found[0].actual == "MIG disabled"
+    assert stage.extra_differences(H200, CLUSTER, NodeStateData({"mig": converged()})) == []
+
+
+def test_operation_commands() -> None:
+    actions = mig_ops.node_actions(H200, NodeStateData({"mig": snapshot(False)}))
+    assert mig_ops.commands_for(H200, actions) == [
+        "python3 /usr/local/lib/gpu-provision/mig/mig_apply.py apply --layout /etc/gpu-provision/mig-layout.yaml "
+        "--config h200-01"]
+    assert mig_ops.node_actions(H200, NodeStateData({"mig": converged()})) == []
+    busy = snapshot(True)
+    busy["processes"] = [{"pid": 77, "name": "train.py", "gpu": 0, "gpu_uuid": busy["gpus"][0]["uuid"]}]
+    refused = mig_ops.commands_for(H200, mig_ops.node_actions(H200, NodeStateData({"mig": busy})))
+    assert refused == ["echo 'gpu-provision: GPU 0: refused: GPU 0 is in use by 77 (train.py); stop them or set "
+                       "mig.allow_drain' >&2; exit 1"]
+
+
+def test_vgpu_node() -> None:
+    node = CLUSTER.node("vgpu-01")
+    paths = [w.path for w in stage.wants(node, CLUSTER) if isinstance(w, FileWant)]
+    assert agent_mig.VGPU_FILE in paths and agent_mig.LAYOUT_FILE not in paths
+    assert json.loads(agent_mig.vgpu_text(node)) == {"gpus": {"0": "NVIDIA H100XM-40C", "1": "NVIDIA H100XM-40C"}}
+    snap = snapshot(False, count=2)
+    snap["vgpu"] = {}
+    steps = vgpu_ops.node_steps(node, NodeStateData({"mig": snap}))
+    assert [s.kind for s in steps] == ["refuse", "refuse"]
+    assert vgpu_ops.commands_for(node, steps)[0].startswith("echo 'gpu-provision: GPU 0: refused: PCI function")
+    diffs = stage.extra_differences(node, CLUSTER, NodeStateData({"mig": snap}))
+    assert [(d.kind, d.item, d.expected) for d in diffs] == [("vgpu", "GPU 0", "NVIDIA H100XM-40C"),
+                                                             ("vgpu", "GPU 1", "NVIDIA H100XM-40C")]
