@@ -70,3 +70,35 @@ def test_install_nvidia_open_from_the_mirror_and_run_nvidia_smi(node: tuple[Rig,
     dev = ssh(rig, n, "stat -c '%F %t:%T %a' /dev/nvidia0 /dev/nvidiactl")
     assert dev.stdout.splitlines() == ["character special file c3:0 666", "character special file c3:ff 666"], (
         dev.stdout + dev.stderr)
+
+
+def test_docker_runs_a_container_with_the_nvidia_runtime(node: tuple[Rig, RigNode]) -> None:
+    """nvidia-ctk configures Docker; `docker run --runtime=nvidia` sees exactly the GPU device files asked for."""
+    rig, n = node
+
+    setup = (
+        "set -e; "
+        "echo 'deb [signed-by=/etc/apt/keyrings/gpu-provision-rig.asc] "
+        f"{MIRROR_URL}/libnvidia-container/stable/deb/amd64/ /' > /etc/apt/sources.list.d/toolkit.list; "
+        "export DEBIAN_FRONTEND=noninteractive; apt-get -q update && "
+        "apt-get -q install -y --no-install-recommends docker.io busybox-static nvidia-container-toolkit && "
+        "nvidia-ctk runtime configure --runtime=docker && systemctl restart docker && "
+        "rm -rf /tmp/img && mkdir -p /tmp/img/bin && cp /bin/busybox /tmp/img/bin/ && "
+        "for c in sh ls stat cat; do ln -sf busybox /tmp/img/bin/$c; done && "
+        "tar -C /tmp/img -c . | docker import - local/busybox >/dev/null"
+    )
+
+    prepared = ssh(rig, n, setup)
+    assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
+    daemon = json.loads(ssh(rig, n, "cat /etc/docker/daemon.json").stdout)
+    assert daemon["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
+    run = ssh(rig, n, "docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all local/busybox "
+                      "ls /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.split() == ["/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl"]
+    plain = ssh(rig, n, "docker run --rm local/busybox ls /dev/nvidia0")
+    assert plain.returncode != 0, "without the runtime and variable the container sees no GPU"
+    opened = ssh(rig, n, "docker run --rm --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 local/busybox "
+                         "cat /dev/nvidia0")
+    # The cgroup lets the open through (EPERM otherwise); with no driver behind 195:0 the kernel says ENXIO.
+    assert opened.returncode != 0 and "No such device or address" in opened.stderr, opened.stderr
