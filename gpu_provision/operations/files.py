@@ -6,7 +6,6 @@ record lives here (:func:`changed_paths`), filled by every operation that writes
 
 from __future__ import annotations
 
-import json
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -15,7 +14,7 @@ from typing import Any
 
 from pyinfra.api import FileUploadCommand, operation
 
-from gpu_provision.desired import FileWant, deep_merge, request_for, sha256
+from gpu_provision.desired import FileWant, request_for
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.state import FileState, NodeStateData, Request
 
@@ -38,25 +37,10 @@ def changed_paths(target: Any) -> set[str]:
     return set(_CHANGED.get(_phase(target), set()))
 
 
-def json_contains(text: str | None, keys: dict[str, Any]) -> bool:
-    """Whether JSON ``text`` already holds every key of ``keys`` with its value (layout and other keys ignored).
-
-    Other tools rewrite merged files in their own layout (``nvidia-ctk runtime configure`` indents daemon.json by
-    four): comparing text would rewrite the file, and restart its service, on every run.
-    """
-    try:
-        data = json.loads(text) if text is not None else None
-    except ValueError:
-        return False
-    return isinstance(data, dict) and deep_merge(data, keys) == data
-
-
 def _content_matches(want: FileWant, current: FileState) -> bool:
-    if not current.exists or current.type != "file":
-        return False
-    if want.merge == "json":
-        return json_contains(current.content, want.keys)
-    return want.content is None or sha256(want.content) == current.sha256
+    # The same rule drift checks use: merged JSON compares parsed content, since other tools (nvidia-ctk) lay
+    # out the same keys their own way and rewriting would restart the service on every run.
+    return want.satisfied_by(current)
 
 
 def plan(want: FileWant, current: FileState, temp_name: Callable[[str], str]) -> list[Any]:

@@ -96,8 +96,14 @@ def swap_off():
 
 
 def module_present(state: NodeStateData, name: str) -> bool:
-    """Whether kernel module ``name`` is loaded or built in (``/sys/module/NAME`` exists either way)."""
-    return name in state.system.get("modules", []) or state.file(f"/sys/module/{name}").exists
+    """Whether kernel module ``name`` is loaded or built in.
+
+    Loaded: listed in ``/proc/modules``. Built in: ``/sys/module/NAME`` exists, or, for built-in modules without
+    parameters (which have no such entry), what the module provides is there (the probe's ``module_features``).
+    """
+    if name in state.system.get("modules", []) or state.file(f"/sys/module/{name}").exists:
+        return True
+    return bool(_kubernetes(state).get("module_features", {}).get(name))
 
 
 @operation()
@@ -106,15 +112,15 @@ def modules_loaded(modules: Sequence[str]):
 
     + modules: module names, e.g. ``("overlay", "br_netfilter")``
 
-    ``modprobe`` runs only for a module that is neither loaded (``/proc/modules``) nor built into the kernel
-    (``/sys/module/NAME``): kernels without loadable-module support have the built-in ones and no modprobe to run.
+    ``modprobe`` runs only for a module that is neither loaded nor built into the kernel (see
+    :func:`module_present`): kernels without loadable-module support have the built-in ones and no modprobe to run.
 
     .. code:: python
 
         kubernetes.modules_loaded(name="Kernel modules", modules=("overlay", "br_netfilter"))
     """
     host = this_host()
-    state = current_state(host, Request(files={f"/sys/module/{m}" for m in modules}))
+    state = current_state(host, kubernetes_request(*(f"/sys/module/{m}" for m in modules)))
     missing = [m for m in modules if not module_present(state, m)]
     if not missing:
         host.noop("modules already loaded or built in: " + ", ".join(modules))
@@ -144,7 +150,9 @@ def sysctls_applied(path: str, values: Mapping[str, str]):
         host.noop("sysctls already applied")
         return
     mark_changed(host)
-    yield "sysctl --system >/dev/null"
+    # sysctl --system fails when any file sets a key the node may not write (kernel.* inside containers); then
+    # only this file's keys decide.
+    yield f"sysctl --system >/dev/null 2>&1 || sysctl -p {shlex.quote(path)} >/dev/null"
 
 
 def _kubernetes(state: NodeStateData) -> dict[str, Any]:
@@ -152,19 +160,25 @@ def _kubernetes(state: NodeStateData) -> dict[str, Any]:
 
 
 @operation()
-def init(config_path: str):
+def init(config_path: str, first_control_plane: str):
     """The first control plane initialised by ``kubeadm init`` (once: guarded by ``/etc/kubernetes/admin.conf``).
 
     + config_path: the InitConfiguration/ClusterConfiguration file on the node
+    + first_control_plane: inventory name of the node that initialises the cluster; every other host does nothing
+      (every host calls the same operations, so pyinfra orders this before :func:`join` on all of them)
 
     The bootstrap token kubeadm makes is not printed (``--skip-token-print``): nodes join with tokens made on
     demand by :func:`join`.
 
     .. code:: python
 
-        kubernetes.init(name="kubeadm init", config_path="/etc/gpu-provision/kubernetes/kubeadm-init.yaml")
+        kubernetes.init(name="kubeadm init", config_path="/etc/gpu-provision/kubernetes/kubeadm-init.yaml",
+                        first_control_plane="cp-01")
     """
     host = this_host()
+    if host.name != first_control_plane:
+        host.noop(f"{first_control_plane} initialises the cluster")
+        return
     state = current_state(host, Request(files={ADMIN_CONF}))
     if state.file(ADMIN_CONF).exists:
         host.noop("control plane already initialised")
@@ -250,7 +264,7 @@ def join(cluster: Cluster, node: Node, control_plane: str):
     """The node joined to the cluster (once: guarded by ``/etc/kubernetes/kubelet.conf``).
 
     + cluster, node: the typed cluster file and this node
-    + control_plane: inventory name of the initialised control plane that makes the token
+    + control_plane: inventory name of the initialised control plane that makes the token (it joins nothing)
 
     A worker joins with a bootstrap token (``kubeadm token create --ttl 15m``); a further control plane also with a
     certificate key (``kubeadm init phase upload-certs --upload-certs``). Both are made on ``control_plane`` when the
@@ -261,6 +275,9 @@ def join(cluster: Cluster, node: Node, control_plane: str):
         kubernetes.join(name="kubeadm join", cluster=cluster, node=node, control_plane="cp-01")
     """
     host = this_host()
+    if host.name == control_plane:
+        host.noop("the first control plane is initialised, not joined")
+        return
     state = current_state(host, kubernetes_request(KUBELET_CONF))
     if state.file(KUBELET_CONF).exists:
         host.noop("node already joined")

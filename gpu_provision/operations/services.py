@@ -12,6 +12,10 @@ from gpu_provision.operations.commands import current_state, mark_changed, this_
 from gpu_provision.operations.files import changed_paths
 from gpu_provision.state import NodeStateData
 
+# A package's postinst start plus restarts for its configuration can exceed systemd's start rate limit (Docker:
+# 3 starts a minute), which then refuses the restart this run asks for; reset-failed flushes that counter.
+_RESET = "systemctl reset-failed"
+
 UNIT_DIRS = ("/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/", "/run/systemd/system/")
 
 
@@ -30,11 +34,11 @@ def plan(wants: Sequence[UnitWant], state: NodeStateData, changed: set[str]) -> 
         elif want.enabled is False and enabled:
             commands.append(f"systemctl disable {name}")
         if want.running is True and not active:
-            commands.append(f"systemctl start {name}")
+            commands.append(f"{_RESET} {name} 2>/dev/null; systemctl start {name}")
         elif want.running is False and active:
             commands.append(f"systemctl stop {name}")
         elif want.running is not False and active and changed.intersection(want.restart_on):
-            commands.append(f"systemctl restart {name}")
+            commands.append(f"{_RESET} {name} 2>/dev/null; systemctl restart {name}")
     return commands
 
 

@@ -27,7 +27,11 @@ PERSISTENCED = "nvidia-persistenced.service"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"
 #: Models sold as 8-GPU NVSwitch baseboards (HGX), where Fabric Manager must run for the GPUs to be usable.
 NVSWITCH_MODELS = ("H100-80GB", "H200", "B200")
-INITRAMFS = {"ubuntu": "update-initramfs -u", "debian": "update-initramfs -u", "rhel": "dracut -f"}
+# A node without an initramfs generator loads its modules from the root file system, where the modprobe files
+# already are: there is nothing to rebuild.
+INITRAMFS = {"ubuntu": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
+             "debian": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
+             "rhel": "if command -v dracut >/dev/null; then dracut -f; fi"}
 _LOADED_VERSION = re.compile(r"\s(\d+\.\d+(?:\.\d+)?)\s")
 
 

@@ -234,13 +234,13 @@ def kubernetes() -> None:
     first = first_control_plane(cluster)
     if first is None:
         return
-    if node.name == first.name:
-        files.wants(name="kubeadm init configuration", request=ops.kubernetes_request(),
-                    wants=lambda state: [FileWant(INIT_CONFIG, content=init_config_text(cluster, node, state),
-                                                  mode="0600", backup=False)])
-        ops.init(name="kubeadm init", config_path=INIT_CONFIG)
-    else:
-        ops.join(name="kubeadm join", cluster=cluster, node=node, control_plane=first.name)
+    # Every host calls the same operations up to here (each does nothing where it does not apply), so pyinfra
+    # runs kubeadm init on the first control plane before any other host joins.
+    files.wants(name="kubeadm init configuration", request=ops.kubernetes_request(),
+                wants=lambda state: [FileWant(INIT_CONFIG, content=init_config_text(cluster, node, state),
+                                              mode="0600", backup=False)] if node.name == first.name else [])
+    ops.init(name="kubeadm init", config_path=INIT_CONFIG, first_control_plane=first.name)
+    ops.join(name="kubeadm join", cluster=cluster, node=node, control_plane=first.name)
     services.wants(name="kubelet running", wants=[UnitWant("kubelet", enabled=True, running=True)])
     if node.name != first.name:
         return

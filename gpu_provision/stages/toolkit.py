@@ -120,7 +120,8 @@ def configure_command(node: Node) -> str:
     """``nvidia-ctk runtime configure`` for the node's runtime, then a restart of that runtime."""
     kind = node.container_runtime.kind
     default = " --set-as-default" if node.toolkit.default_runtime else ""
-    return f"nvidia-ctk runtime configure --runtime={kind}{default} && systemctl restart {kind}"
+    return (f"nvidia-ctk runtime configure --runtime={kind}{default} && "
+            f"{{ systemctl reset-failed {kind} 2>/dev/null; systemctl restart {kind}; }}")
 
 
 def cdi_outdated(state: NodeStateData) -> str | None:

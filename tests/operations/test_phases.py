@@ -17,7 +17,7 @@ def test_prepare_reads_once_and_predicts_the_restart() -> None:
     commands.use_request(host, Request(files={DAEMON}, contents={DAEMON}, units={"docker.service"}))
     assert run_op(files.wants, host, [FileWant(DAEMON, merge="json", keys={"a": 1})])
     assert run_op(services.wants, host, [UnitWant("docker.service", restart_on=(DAEMON,))]) == [
-        "systemctl restart docker.service"]
+        "systemctl reset-failed docker.service 2>/dev/null; systemctl restart docker.service"]
     # Prepare time: nothing ran, so with the node's whole request registered the second operation is served from
     # the first one's answer.
     assert host.probes == 1

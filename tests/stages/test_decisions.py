@@ -96,7 +96,8 @@ def test_nvidia_runtime_check_reads_docker_and_containerd_configs() -> None:
                     'default_runtime_name = "nvidia"\n')
     assert toolkit.runtime_missing(H200, NodeStateData(raw)) is None
     assert toolkit.configure_command(H200) == (
-        "nvidia-ctk runtime configure --runtime=containerd --set-as-default && systemctl restart containerd")
+        "nvidia-ctk runtime configure --runtime=containerd --set-as-default && "
+        "{ systemctl reset-failed containerd 2>/dev/null; systemctl restart containerd; }")
 
 
 def test_cdi_spec_is_regenerated_when_older_than_the_driver() -> None:

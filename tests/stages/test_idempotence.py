@@ -66,16 +66,7 @@ CASES = [(n.name, os_key, containerd) for n in CLUSTER.nodes for os_key in ("deb
          for containerd in ("1.7.24", "2.0.2")]
 
 
-def _drift_case(name: str, os_key: str, containerd: str) -> Any:
-    # desired.differences compares a merged JSON file by its text; nvidia-ctk rewrites daemon.json in its own
-    # layout, so drift reports a difference that the operations (which compare content) do not act on.
-    if CLUSTER.node(name).container_runtime.kind == "docker":
-        return pytest.param(name, os_key, containerd, marks=pytest.mark.xfail(
-            strict=True, reason="desired.differences compares merge='json' files by text, not content"))
-    return (name, os_key, containerd)
-
-
-@pytest.mark.parametrize(("name", "os_key", "containerd"), [_drift_case(*c) for c in CASES])
+@pytest.mark.parametrize(("name", "os_key", "containerd"), CASES)
 def test_converged_node_has_no_differences(name: str, os_key: str, containerd: str) -> None:
     node = CLUSTER.node(name)
     state = NodeStateData(_after_deploy(name, os_key, containerd))
@@ -125,4 +116,5 @@ def test_hand_edited_daemon_json_is_repaired_keeping_the_foreign_key() -> None:
     assert written["log-opts"]["max-size"] == "100m"
     assert written["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
     assert commands_out[1] == "cp -a /etc/docker/daemon.json /etc/docker/daemon.json.gpu-provision.bak"
-    assert run_op(services.wants, host, runtime.unit_wants(node)) == ["systemctl restart docker.service"]
+    assert run_op(services.wants, host, runtime.unit_wants(node)) == [
+        "systemctl reset-failed docker.service 2>/dev/null; systemctl restart docker.service"]
