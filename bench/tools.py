@@ -104,14 +104,14 @@ def stock_pyinfra(workdir: Path, fleet: str, names: list[str], operations: int, 
                        env={"GPU_PROVISION_CLUSTER": str(cluster), "GPU_PROVISION_BENCH_WORKLOAD": str(workload)})
     counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
     text = run.stdout + run.stderr
-    changes = _pyinfra_changes(text)
+    changes = pyinfra_changes(text)
     in_sync = run.rc == 0 and changes == 0
     note = "" if in_sync else f"rc {run.rc}, {changes} operations would change"
     return Measurement("stock pyinfra", fleet, len(names), operations, run.wall_s, run.peak_rss_mb, counts,
                        in_sync=in_sync, note=note)
 
 
-def _pyinfra_changes(text: str) -> int:
+def pyinfra_changes(text: str) -> int:
     """Sum of the "Change" column of pyinfra's "Detected changes" table (``-`` is none, ``N (hosts)`` is N)."""
     total = 0
     in_table = False
