@@ -66,14 +66,16 @@ def test_swap_off_converged() -> None:
     assert host.noops == ["swap already off"]
 
 
-@pytest.mark.parametrize(("modules", "sys_module", "expected"), [
-    (["overlay", "br_netfilter"], [], []),
-    ([], ["overlay", "br_netfilter"], []),  # built in: the rig's kernel
-    (["overlay"], [], ["modprobe br_netfilter"]),
-    ([], [], ["modprobe overlay", "modprobe br_netfilter"]),
+@pytest.mark.parametrize(("modules", "sys_module", "features", "expected"), [
+    (["overlay", "br_netfilter"], [], {}, []),
+    ([], ["overlay", "br_netfilter"], {}, []),  # built in with parameters
+    ([], ["overlay"], {"br_netfilter": True}, []),  # built in without parameters: the rig's kernel
+    (["overlay"], [], {"br_netfilter": False}, ["modprobe br_netfilter"]),
+    ([], [], {}, ["modprobe overlay", "modprobe br_netfilter"]),
 ])
-def test_modules_loaded(modules: list[str], sys_module: list[str], expected: list[str]) -> None:
-    raw = {"system": {"modules": modules},
+def test_modules_loaded(modules: list[str], sys_module: list[str], features: dict[str, bool],
+                        expected: list[str]) -> None:
+    raw = {"system": {"modules": modules}, "kubernetes": {"module_features": features},
            "files": {f"/sys/module/{m}": {"exists": True, "type": "dir"} for m in sys_module}}
     host = FakeHost(raw)
     assert run_op(ops.modules_loaded, host, modules=("overlay", "br_netfilter")) == expected
@@ -82,6 +84,7 @@ def test_modules_loaded(modules: list[str], sys_module: list[str], expected: lis
 
 
 SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
+APPLY = "sysctl --system >/dev/null 2>&1 || sysctl -p /etc/sysctl.d/99-kubernetes.conf >/dev/null"
 
 
 def test_sysctls_applied_only_when_file_changed_or_values_differ() -> None:
@@ -91,17 +94,21 @@ def test_sysctls_applied_only_when_file_changed_or_values_differ() -> None:
     host = FakeHost(good)
     files.record_changed(host, ["/etc/sysctl.d/99-kubernetes.conf"])
     assert run_op(ops.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
-        "sysctl --system >/dev/null"]
+        APPLY]
     host = FakeHost({"system": {"sysctls": {**SYSCTLS, "net.ipv4.ip_forward": "0"}}})
     assert run_op(ops.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
-        "sysctl --system >/dev/null"]
+        APPLY]
 
 
 def test_init_is_guarded_by_admin_conf() -> None:
-    host = FakeHost({"files": {ops.ADMIN_CONF: file_entry()}})
-    assert run_op(ops.init, host, config_path="/etc/gpu-provision/kubernetes/kubeadm-init.yaml") == []
-    host = FakeHost({"files": {}})
-    (command,) = run_op(ops.init, host, config_path="/etc/gpu-provision/kubernetes/kubeadm-init.yaml")
+    path = "/etc/gpu-provision/kubernetes/kubeadm-init.yaml"
+    done = FakeHost({"files": {ops.ADMIN_CONF: file_entry()}}, name="cp-01")
+    assert run_op(ops.init, done, config_path=path, first_control_plane="cp-01") == []
+    other = FakeHost({"files": {}}, name="gpu-01")
+    assert run_op(ops.init, other, config_path=path, first_control_plane="cp-01") == []
+    assert other.noops == ["cp-01 initialises the cluster"]
+    fresh = FakeHost({"files": {}}, name="cp-01")
+    (command,) = run_op(ops.init, fresh, config_path=path, first_control_plane="cp-01")
     assert command.startswith("kubeadm init --config /etc/gpu-provision/kubernetes/kubeadm-init.yaml "
                               "--skip-token-print > /var/log/")
 
@@ -113,6 +120,8 @@ def test_join_is_guarded_by_kubelet_conf(example: Cluster) -> None:
     assert host.noops == ["node already joined"]
     host = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.12"]}})
     assert run_op(ops.join, host, cluster=example, node=node, control_plane="cp-01") == [["call", "do_join"]]
+    host = FakeHost({"files": {}}, name="cp-01")
+    assert run_op(ops.join, host, cluster=example, node=example.node("cp-01"), control_plane="cp-01") == []
 
 
 def _join(example: Cluster, node_name: str, replies: dict[str, Any], worker_ok: bool = True):

@@ -1,6 +1,7 @@
 """Kubernetes membership of the node and, where an admin kubeconfig exists, what the API server holds.
 
 Without arguments (the probe passes none): the node's own IPv4 addresses (kubeadm advertises one of them), whether
+the features of ``overlay`` and ``br_netfilter`` are present (an overlay filesystem, the bridge netfilter sysctls),
 kubeadm made it a control plane (``/etc/kubernetes/admin.conf``) or joined it (``/etc/kubernetes/kubelet.conf``),
 and on control planes the cluster's nodes (labels, taints, kubelet version), every object labelled as managed by
 gpu-provision (with its content-hash annotation) and every DaemonSet (the CNI check). Three ``kubectl get`` calls.
@@ -32,6 +33,17 @@ def _addresses():
         if "inet" in fields:
             out.append(fields[fields.index("inet") + 1].split("/")[0])
     return out
+
+
+def _features():
+    # Built-in modules without parameters have no /sys/module entry; what they provide shows they are there.
+    try:
+        with open("/proc/filesystems") as f:
+            filesystems = f.read().split()
+    except OSError:
+        filesystems = []
+    return {"overlay": "overlay" in filesystems,
+            "br_netfilter": os.path.exists("/proc/sys/net/bridge/bridge-nf-call-iptables")}
 
 
 def _kubectl(args):
@@ -73,6 +85,7 @@ def collect(request):
     """Membership, addresses and (with an admin kubeconfig) the API's nodes, managed objects and DaemonSets."""
     out = {
         "addresses": _addresses(),
+        "module_features": _features(),
         "admin_conf": os.path.exists(ADMIN_CONF),
         "kubelet_conf": os.path.exists(KUBELET_CONF),
         "api": None,

@@ -1,0 +1,160 @@
+"""The kubernetes stage over real SSH and pyinfra on rig nodes, against the stand-in Kubernetes packages.
+
+Two Debian 12 nodes: a control plane and a worker with two simulated H200s. The stage installs kubelet, kubeadm
+and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init`` and a token join,
+applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
+second run changes nothing. What the stand-ins cannot prove is listed in
+``gpu_provision/rig/standins/kubernetes/common/standin_api.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_provision.rig.config import BRIDGE_ADDRESS, RigNode
+from gpu_provision.rig.mirror import build_mirror
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+CP = RigNode("k8s-cp", "127.0.10.21")
+GPU = RigNode("k8s-gpu", "127.0.10.22", gpu_model="H200", gpu_count=2)
+RIG_NODES = [CP, GPU]
+REPO = Path(__file__).resolve().parents[2]
+MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
+KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
+TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
+
+CNI = {"apiVersion": "v1", "kind": "List", "items": [
+    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-flannel"}},
+    {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"},
+     "spec": {"selector": {"matchLabels": {"app": "flannel"}}, "template": {
+         "metadata": {"labels": {"app": "flannel"}},
+         "spec": {"containers": [{"name": "kube-flannel", "image": "docker.io/flannel/flannel:v0.26.4"}]}}}},
+]}
+
+DEPLOY = "from gpu_provision.stages.kubernetes import kubernetes\n\nkubernetes()\n"
+
+
+def cluster_file(tmp_path: Path, rig) -> Path:
+    cni = tmp_path / "cni.json"
+    cni.write_text(json.dumps(CNI))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(f"""\
+version: v1
+cluster:
+  name: rig-k8s
+  ssh: {{user: root, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
+  kubernetes:
+    version: "1.31.4"
+    cni: flannel
+    cni_manifest: {cni}
+    monitoring: {{prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}}
+    teams:
+      - {{name: vision, gpus: 1, users: [alice]}}
+  mirrors:
+    kubernetes: {{url: "{MIRROR}", key_url: "{MIRROR}Release.key"}}
+    registry: registry.rig.invalid:5000
+nodes:
+  - {{name: {CP.name}, address: {CP.ssh_address}, role: control-plane}}
+  - name: {GPU.name}
+    address: {GPU.ssh_address}
+    gpus: {{model: H200, count: 2}}
+    sharing: {{strategy: time-slicing, replicas: 2}}
+    labels: {{topology.kubernetes.io/zone: rig}}
+    taints: ["nvidia.com/gpu=present:NoSchedule"]
+""")
+    return path
+
+
+def run_pyinfra(cluster: Path, deploy: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"), str(deploy)],
+                          capture_output=True, text=True, timeout=540, cwd=workdir, env=env)
+
+
+def drift(cluster: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster)}
+    return subprocess.run([sys.executable, "-m", "gpu_provision.cli", "drift", str(REPO / "inventory.py"),
+                           "--stage", "kubernetes"], capture_output=True, text=True, timeout=180, env=env)
+
+
+def totals(output: str) -> tuple[int, int, int, int]:
+    match = re.search(r"Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)", output)
+    assert match, output
+    return tuple(0 if v == "-" else int(v) for v in match.groups())  # type: ignore[return-value]
+
+
+def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_node, tmp_path):
+    for node in RIG_NODES:
+        reset_node(node.name)
+    # A mirror served since before the stand-ins changed is brought up to date in place (cheap when current).
+    build_mirror(rig.paths.mirror)
+    cluster = cluster_file(tmp_path, rig)
+    deploy = tmp_path / "deploy.py"
+    deploy.write_text(DEPLOY)
+
+    first = run_pyinfra(cluster, deploy, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    # No bootstrap token reaches pyinfra's output or any file left on the controller.
+    assert not TOKEN.search(first.stdout + first.stderr)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert not TOKEN.search(path.read_text(errors="replace")), path
+
+    versions = ssh(GPU, "dpkg-query -W -f '${Package}=${Version}\\n' kubelet kubeadm kubectl cri-tools "
+                        "kubernetes-cni; apt-mark showhold")
+    assert versions.stdout.split() == [
+        "cri-tools=1.31.1-1.1", "kubeadm=1.31.4-1.1", "kubectl=1.31.4-1.1", "kubelet=1.31.4-1.1",
+        "kubernetes-cni=1.5.1-1.1", "cri-tools", "kubeadm", "kubectl", "kubelet", "kubernetes-cni"], versions
+    prereq = ssh(GPU, "cat /etc/modules-load.d/k8s.conf /etc/sysctl.d/99-kubernetes.conf; "
+                      "sysctl -n net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables; "
+                      "test -e /etc/kubernetes/kubelet.conf && echo joined; ls /run/gpu-provision 2>/dev/null | wc -l; "
+                      "systemctl is-active kubelet")
+    assert prereq.stdout.split() == ["overlay", "br_netfilter", "net.bridge.bridge-nf-call-iptables", "=", "1",
+                                     "net.bridge.bridge-nf-call-ip6tables", "=", "1", "net.ipv4.ip_forward", "=",
+                                     "1", "1", "1", "joined", "0", "active"], prereq
+
+    nodes = json.loads(ssh(CP, f"{KUBECTL} get nodes -o json").stdout)["items"]
+    by_name = {n["metadata"]["name"]: n for n in nodes}
+    assert set(by_name) == {CP.name, GPU.name}
+    gpu_labels = by_name[GPU.name]["metadata"]["labels"]
+    assert gpu_labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert gpu_labels["nvidia.com/device-plugin.config"] == "time-slicing-2"
+    assert gpu_labels["topology.kubernetes.io/zone"] == "rig"
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in by_name[GPU.name]["spec"]["taints"]
+    assert by_name[GPU.name]["status"]["nodeInfo"]["kubeletVersion"] == "v1.31.4"
+
+    daemonsets = ssh(CP, f"{KUBECTL} get daemonsets -A -o name").stdout.split()
+    assert sorted(daemonsets) == ["daemonset.apps/dcgm-exporter", "daemonset.apps/kube-flannel-ds",
+                                  "daemonset.apps/nvidia-device-plugin"]
+    flannel = json.loads(ssh(CP, f"{KUBECTL} get ds kube-flannel-ds -n kube-flannel -o json").stdout)
+    assert flannel["spec"]["template"]["spec"]["containers"][0]["image"] == \
+        "registry.rig.invalid:5000/flannel/flannel:v0.26.4"
+    quota = json.loads(ssh(CP, f"{KUBECTL} get resourcequota gpu-quota -n vision -o json").stdout)
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
+    assert "job_name: dcgm-exporter" in ssh(CP, "cat /etc/prometheus/gpu-scrape.yml").stdout
+
+    in_sync = drift(cluster)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+
+    second = run_pyinfra(cluster, deploy, tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    hosts, success, error, no_change = totals(second.stdout + second.stderr)
+    assert (success, error) == (0, 0), second.stdout
+
+    # Drift made behind the tool's back is reported, then converged away.
+    assert ssh(CP, f"{KUBECTL} label node {GPU.name} --overwrite nvidia.com/gpu.product=other").returncode == 0
+    drifted = drift(cluster)
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    assert "nvidia.com/gpu.product" in drifted.stdout
+    third = run_pyinfra(cluster, deploy, tmp_path)
+    assert third.returncode == 0, third.stdout + third.stderr
+    labels = json.loads(ssh(CP, f"{KUBECTL} get node {GPU.name} -o json").stdout)["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
