@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -73,9 +74,8 @@ def test_install_nvidia_open_from_the_mirror_and_run_nvidia_smi(node: tuple[Rig,
 
 
 def test_docker_runs_a_container_with_the_nvidia_runtime(node: tuple[Rig, RigNode]) -> None:
-    """nvidia-ctk configures Docker; `docker run --runtime=nvidia` sees exactly the GPU device files asked for."""
+    """nvidia-ctk configures Docker; `docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=..` sees the GPU files."""
     rig, n = node
-
     setup = (
         "set -e; "
         "echo 'deb [signed-by=/etc/apt/keyrings/gpu-provision-rig.asc] "
@@ -87,7 +87,6 @@ def test_docker_runs_a_container_with_the_nvidia_runtime(node: tuple[Rig, RigNod
         "for c in sh ls stat cat; do ln -sf busybox /tmp/img/bin/$c; done && "
         "tar -C /tmp/img -c . | docker import - local/busybox >/dev/null"
     )
-
     prepared = ssh(rig, n, setup)
     assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
     daemon = json.loads(ssh(rig, n, "cat /etc/docker/daemon.json").stdout)
@@ -102,3 +101,23 @@ def test_docker_runs_a_container_with_the_nvidia_runtime(node: tuple[Rig, RigNod
                          "cat /dev/nvidia0")
     # The cgroup lets the open through (EPERM otherwise); with no driver behind 195:0 the kernel says ENXIO.
     assert opened.returncode != 0 and "No such device or address" in opened.stderr, opened.stderr
+
+
+def test_reboot_reloads_the_module_and_drops_hopper_mig_state(node: tuple[Rig, RigNode]) -> None:
+    rig, n = node
+    made = ssh(rig, n, "nvidia-smi -mig 1 && nvidia-smi mig -cgi 9,9 -C && nvidia-smi mig -lgi")
+    assert made.returncode == 0 and made.stdout.count("MIG 3g.71gb") == 6, made.stdout + made.stderr
+    before = ssh(rig, n, "cat /run/gpu-sim/boot-token").stdout
+    assert before.strip()
+    ssh(rig, n, "systemctl reboot")
+    for _ in range(120):
+        state = ssh(rig, n, "systemctl is-system-running --wait; cat /run/gpu-sim/boot-token 2>/dev/null")
+        if state.stdout.split()[:1] in (["running"], ["degraded"]) and before not in state.stdout:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError("the node did not come back from the reboot")
+    query = ssh(rig, n, "nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending,persistence_mode --format=csv,noheader")
+    assert query.stdout == "Disabled, Disabled, Enabled\n", query.stdout + query.stderr
+    assert ssh(rig, n, "nvidia-smi mig -lgi").stdout == "No MIG-enabled devices found.\n"
+    assert ssh(rig, n, "systemctl is-active nvidia-sim-load.service").stdout.strip() == "active"
