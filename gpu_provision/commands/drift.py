@@ -2,6 +2,9 @@
 
     gpu-provision drift inventory.py [--json] [--parallel N] [--connect-timeout S] [--limit NODE ...]
 
+Parallelism and connect timeout come from the command line, else from pyinfra's ``config.py`` (as for
+``pyinfra --dry``), else the connect timeout from the cluster file's ``ssh.connect_timeout``.
+
 Exit status: 0 every node checked and in sync, 1 drift found, 2 trouble (a node not checked, a part not
 compared, or a bad cluster file), as with ``diff``.
 """
@@ -25,11 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("inventory", nargs="?", default="inventory.py", help="pyinfra inventory file (default: %(default)s)")
     p.add_argument("--cluster", help="cluster file (sets GPU_PROVISION_CLUSTER for the inventory)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--config", default="config.py",
+                   help="pyinfra config file whose PARALLEL and CONNECT_TIMEOUT apply (default: %(default)s, if present)")
     p.add_argument("--parallel", type=int, default=0,
-                   help="nodes checked at once (default: pyinfra's, 20 per CPU core)")
+                   help="nodes checked at once (default: the config file's, else pyinfra's: 20 per CPU core)")
     p.add_argument("--connect-timeout", type=float, default=None,
-                   help="seconds to wait for a node's SSH connection and login "
-                        "(default: the largest ssh.connect_timeout in the cluster file)")
+                   help="seconds to wait for a node's SSH connection and login (default: the config file's, "
+                        "else the largest ssh.connect_timeout in the cluster file)")
     p.add_argument("--command-timeout", type=float, default=None,
                    help="seconds the probe may run on a node (default: 120)")
     p.add_argument("--limit", nargs="+", default=(), metavar="NODE", help="check only these nodes")
@@ -46,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     monkey.patch_all()
 
     from gpu_provision.drift import CheckSettings, check_fleet, load_inventory, load_stages
-    from gpu_provision.drift.collect import DEFAULT_COMMAND_TIMEOUT
+    from gpu_provision.drift.collect import DEFAULT_COMMAND_TIMEOUT, file_settings
     from gpu_provision.errors import GpuProvisionError
 
     if not os.path.exists(args.inventory):
@@ -55,9 +60,11 @@ def run(args: argparse.Namespace) -> int:
         os.environ["GPU_PROVISION_CLUSTER"] = args.cluster
     if args.parallel < 0:
         raise GpuProvisionError("--parallel must be 0 or more")
+    from_file = file_settings(args.config) if os.path.exists(args.config) else {}
+    timeout = args.connect_timeout if args.connect_timeout is not None else from_file.get("CONNECT_TIMEOUT")
     settings = CheckSettings(
-        parallel=args.parallel,
-        connect_timeout=args.connect_timeout,
+        parallel=args.parallel or int(from_file.get("PARALLEL") or 0),
+        connect_timeout=None if timeout is None else float(timeout),
         command_timeout=args.command_timeout or DEFAULT_COMMAND_TIMEOUT,
         limit=tuple(args.limit),
     )

@@ -62,6 +62,24 @@ def load_inventory(path: str) -> Inventory:
         return make_inventory_from_files(path)
 
 
+def file_settings(path: str) -> dict[str, Any]:
+    """The connection settings a pyinfra ``config.py`` sets (``PARALLEL``, ``CONNECT_TIMEOUT``), read the way the
+    ``pyinfra`` command reads it, so ``gpu-provision drift`` and ``pyinfra --dry`` reach nodes alike."""
+    from pyinfra.context import ctx_config
+    from pyinfra_cli.util import exec_file
+
+    config, default = Config(), Config()
+    try:
+        with ctx_state.use(State()), ctx_config.use(config):
+            exec_file(path)
+    except Exception as exc:
+        from gpu_provision.errors import GpuProvisionError
+
+        raise GpuProvisionError(f"{path}: {exc}") from exc
+    return {key: getattr(config, key) for key in ("PARALLEL", "CONNECT_TIMEOUT")
+            if getattr(config, key) != getattr(default, key)}
+
+
 class CommandLog:
     """Counts and remembers the remote commands one host ran (wraps its connector)."""
 

@@ -68,3 +68,21 @@ def test_unknown_stage_and_missing_inventory_are_user_errors(tmp_path, closed_po
     proc = drift(str(tmp_path / "missing.py"))
     assert proc.returncode == 2
     assert "no such inventory file" in proc.stderr
+
+
+def test_parallelism_and_timeout_from_the_pyinfra_config_file_and_the_command_line(tmp_path, closed_port):
+    cluster = write_cluster(tmp_path / "cluster.yaml", [
+        {"name": "down", "address": "127.0.0.1", "ssh": {"port": closed_port}},
+        {"name": "down2", "address": "127.0.0.2", "ssh": {"port": closed_port}}])
+    config = tmp_path / "config.py"
+    config.write_text("from pyinfra import config\nconfig.PARALLEL = 1\nconfig.CONNECT_TIMEOUT = 4\n")
+    report = json.loads(drift("inventory.py", "--cluster", str(cluster), "--config", str(config), "--json").stdout)
+    assert (report["parallel"], report["connect_timeout"]) == (1, 4)
+    report = json.loads(drift("inventory.py", "--cluster", str(cluster), "--config", str(config), "--json",
+                              "--parallel", "2", "--connect-timeout", "3").stdout)
+    assert (report["parallel"], report["connect_timeout"]) == (2, 3)
+    config.write_text("config.PARALLEL = \n")
+    proc = drift("inventory.py", "--cluster", str(cluster), "--config", str(config))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(str(config))
+    assert "Traceback" not in proc.stderr
