@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from conftest import H200_HOST, H200X2_HOST, SIM, SimNode
@@ -257,3 +261,26 @@ def test_fresh_run_directory_is_a_new_boot(h200: SimNode) -> None:
 def test_unknown_gpu_id(h200: SimNode) -> None:
     proc = h200.run("-i", "3", "-L")
     assert (proc.returncode, proc.stdout) == (6, "No devices were found\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_any_user_can_read_but_not_change(h200: SimNode) -> None:
+    """nvidia-smi queries work for every user; MIG changes need root, as on a real host."""
+    h200.smi("-mig", "1")
+    h200.smi("mig", "-cgi", "0", "-C")
+    shared = Path(tempfile.mkdtemp(prefix="gpusim-nonroot-"))
+    try:
+        shutil.copytree(h200.root, shared / "node")
+        shutil.copytree(SIM.parent, shared / "sim")
+        for path in [shared, *shared.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        env = {k: v.replace(str(h200.root), str(shared / "node")) for k, v in h200.env.items()}
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                  str(shared / "sim" / "gpusim.py"), "nvidia-smi"]
+        listing = subprocess.run([*nobody, "-L"], env=env, capture_output=True, text=True, timeout=60)
+        assert listing.returncode == 0, listing.stdout + listing.stderr
+        assert "MIG 7g.141gb" in listing.stdout
+        change = subprocess.run([*nobody, "-mig", "0"], env=env, capture_output=True, text=True, timeout=60)
+        assert change.returncode == 4 and "Insufficient Permissions" in change.stdout + change.stderr
+    finally:
+        shutil.rmtree(shared)

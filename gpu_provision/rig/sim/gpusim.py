@@ -360,13 +360,27 @@ class State:
 
 @contextlib.contextmanager
 def locked_state(gpus: list[Gpu], write: bool = True) -> Iterator[State]:
-    """Load the state under an exclusive lock, detect a reboot, and save it back on success."""
+    """Load the state under the lock, detect a reboot, and save it back on success.
+
+    Readers that may not write the state directory (any user may run nvidia-smi) take a shared lock on a
+    read-only descriptor and see the state as it is; changing commands need root anyway."""
     directory = state_dir()
-    os.makedirs(directory, exist_ok=True)
     lock_path = os.path.join(directory, "state.lock")
     path = os.path.join(directory, "state.json")
-    with open(lock_path, "a+", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        lock = open(lock_path, "a+", encoding="utf-8")  # noqa: SIM115 - closed in the finally below
+        mode = fcntl.LOCK_EX
+    except PermissionError:
+        if write:
+            raise SimError("Insufficient Permissions", RC_NO_PERMISSION) from None
+        try:
+            lock = open(lock_path, encoding="utf-8")  # noqa: SIM115
+        except FileNotFoundError:
+            lock = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - no state yet: nothing to guard
+        mode = fcntl.LOCK_SH
+    try:
+        fcntl.flock(lock, mode)
         try:
             data = load_json(path)
         except (FileNotFoundError, json.JSONDecodeError):
@@ -383,7 +397,10 @@ def locked_state(gpus: list[Gpu], write: bool = True) -> Iterator[State]:
             tmp = path + ".tmp"
             with open(tmp, "w", encoding="utf-8") as fh:
                 json.dump(data, fh, indent=1, sort_keys=True)
+            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
+    finally:
+        lock.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -663,7 +680,7 @@ def query_fields(gpu: Gpu, state: State, info: dict, count: int) -> dict[str, tu
         "power.default_limit": (f"{float(gpu.hwv('power_limit_w', 0)):.2f}", "W"),
         "power.max_limit": (f"{float(gpu.hwv('power_limit_w', 0)):.2f}", "W"),
         "power.min_limit": (f"{float(gpu.hwv('power_min_limit_w', 0)):.2f}", "W"),
-        "power.draw": (f"{float(t.get('instant_power_draw', t.get('power_draw', 0))):.2f}", "W"),
+        "power.draw": (f"{float(t.get('instant_power_draw') or t.get('power_draw') or 0):.2f}", "W"),
         "temperature.gpu": (str(t.get("temperature", 0)), ""),
         "temperature.memory": (str(t.get("memory_temperature", 0)), ""),
         "utilization.gpu": ("[N/A]" if gs["mig_current"] else str(t.get("utilization", 0)), "%"),
@@ -922,7 +939,7 @@ def set_persistence(out: Out, gpus: list[Gpu], state: State, enable: bool) -> in
 
 def parse_cgi(spec: str) -> list[tuple[str, int | None]]:
     """``-cgi 9,3g.71gb,1g.18gb:6`` -> [(profile ref, start or None)]."""
-    items = []
+    items: list[tuple[str, int | None]] = []
     for raw in spec.split(","):
         raw = raw.strip()
         if not raw:
