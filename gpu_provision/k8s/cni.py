@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 
 from gpu_provision.spec.model import Cluster
@@ -33,5 +35,13 @@ def cni(cluster: Cluster) -> Cni:
 
 
 def manifest_source(cluster: Cluster) -> str | None:
-    """``cni_manifest`` from the file, else the CNI's upstream manifest (None: nothing to apply from)."""
-    return cluster.kubernetes.cni_manifest or cni(cluster).manifest
+    """``cni_manifest`` from the file, else the CNI's upstream manifest (None: nothing to apply from).
+
+    A relative path is taken from the cluster file's directory, like the file's other paths.
+    """
+    given = cluster.kubernetes.cni_manifest
+    if not given:
+        return cni(cluster).manifest
+    if re.match(r"^[a-z]+://", given) or os.path.isabs(given):
+        return given
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(cluster.source)), os.path.expanduser(given)))

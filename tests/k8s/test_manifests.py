@@ -213,3 +213,19 @@ def test_content_hash_ignores_its_own_annotation_and_sees_changes(example: Clust
     changed = copy.deepcopy(obj)
     changed["spec"]["hard"]["requests.nvidia.com/gpu"] = "5"
     assert objects.content_hash(changed) != objects.content_hash(obj)
+
+
+def test_cni_manifest_source(make_cluster, tmp_path) -> None:
+    from gpu_provision.k8s.cni import manifest_source
+
+    base = """\
+        version: v1
+        cluster: {name: c, kubernetes: {cni: %s%s}}
+        nodes: [{name: a, address: 10.0.0.1, role: control-plane}]
+        """
+    assert manifest_source(make_cluster(base % ("flannel", ""))).endswith("/v0.26.4/kube-flannel.yml")
+    assert manifest_source(make_cluster(base % ("cilium", ""))) is None
+    assert manifest_source(make_cluster(base % ("calico", ", cni_manifest: cni/calico.yaml"))) == str(
+        tmp_path / "cni" / "calico.yaml")
+    assert manifest_source(make_cluster(base % ("calico", ", cni_manifest: 'http://m.internal/c.yaml'"))) == \
+        "http://m.internal/c.yaml"

@@ -31,20 +31,13 @@ MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
 KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
 TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 
-CNI = {"apiVersion": "v1", "kind": "List", "items": [
-    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-flannel"}},
-    {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"},
-     "spec": {"selector": {"matchLabels": {"app": "flannel"}}, "template": {
-         "metadata": {"labels": {"app": "flannel"}},
-         "spec": {"containers": [{"name": "kube-flannel", "image": "docker.io/flannel/flannel:v0.26.4"}]}}}},
-]}
+#: The rig's nodes cannot download flannel's manifest; the stand-in one has the same namespace and DaemonSet.
+CNI = REPO / "gpu_provision/rig/standins/kubernetes/common/cni-flannel-standin.json"
 
 DEPLOY = "from gpu_provision.stages.kubernetes import kubernetes\n\nkubernetes()\n"
 
 
 def cluster_file(tmp_path: Path, rig) -> Path:
-    cni = tmp_path / "cni.json"
-    cni.write_text(json.dumps(CNI))
     path = tmp_path / "cluster.yaml"
     path.write_text(f"""\
 version: v1
@@ -54,7 +47,7 @@ cluster:
   kubernetes:
     version: "1.31.4"
     cni: flannel
-    cni_manifest: {cni}
+    cni_manifest: {CNI}
     monitoring: {{prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}}
     teams:
       - {{name: vision, gpus: 1, users: [alice]}}

@@ -23,6 +23,9 @@ DCGM exporter and CNI pods are never exercised), no server-side schema validatio
 tests validate manifests against the real OpenAPI schemas instead), YAML manifests are not read (the project
 writes JSON; upstream CNI YAML is not parsed), a joined control plane does not run a second API replica,
 ``kubeadm upgrade`` is not implemented, and containerd is not contacted (the CRI preflight check is skipped).
+``common/cni-flannel-standin.json`` (in the source tree, not in a package) is the flannel manifest cut down to
+what the stand-ins read, for rig cluster files (``kubernetes.cni_manifest``): nodes on the rig cannot download
+the upstream one.
 """
 
 import json
@@ -86,7 +89,7 @@ def server_of(kubeconfig):
         with open(kubeconfig) as f:
             text = f.read()
     except OSError as exc:
-        raise ApiError("error: error loading config file \"%s\": %s" % (kubeconfig, exc.strerror))
+        raise ApiError("error: error loading config file \"%s\": %s" % (kubeconfig, exc.strerror)) from None
     match = re.search(r"server:\s*https?://(\S+)", text)
     if not match:
         raise ApiError("error: no server found in %s" % kubeconfig)
@@ -102,11 +105,11 @@ def request(server, method, path, body=None, timeout=30):
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read().decode() or "null")
     except urllib.error.HTTPError as exc:
-        raise ApiError("Error from server: %s" % exc.read().decode().strip())
+        raise ApiError("Error from server: %s" % exc.read().decode().strip()) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ApiError("The connection to the server %s was refused - did you specify the right host or port? (%s)"
-                       % (server, reason))
+                       % (server, reason)) from None
 
 
 def objects(server, timeout=30):

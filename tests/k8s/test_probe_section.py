@@ -1,0 +1,79 @@
+"""The ``kubernetes`` probe section, run with the node's python3 against a fake kubectl on PATH."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SECTION = Path(__file__).resolve().parents[2] / "gpu_provision" / "probe" / "sections" / "kubernetes.py"
+
+FAKE_KUBECTL = """#!/usr/bin/env python3
+import json, sys
+args = sys.argv[1:]
+if "nodes" in args:
+    items = [{"metadata": {"name": "gpu-1", "labels": {"zone": "a"}},
+              "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]},
+              "status": {"nodeInfo": {"kubeletVersion": "v1.31.4"}}}]
+elif "daemonsets.apps" in args:
+    items = [{"metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"}}]
+elif "-l" in args:
+    if "FAIL" in open(sys.argv[0] + ".mode").read():
+        sys.stderr.write("The connection to the server 10.0.0.1:6443 was refused\\n")
+        sys.exit(1)
+    items = [{"kind": "ResourceQuota", "metadata": {"name": "gpu-quota", "namespace": "vision",
+              "annotations": {"gpu-provision/content-sha256": "abc"}}},
+             {"kind": "Namespace", "metadata": {"name": "vision"}}]
+print(json.dumps({"items": items}))
+"""
+
+
+def load_section(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str = "OK") -> Any:
+    spec = importlib.util.spec_from_file_location("probe_kubernetes", SECTION)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    admin = tmp_path / "admin.conf"
+    admin.write_text("server: https://10.0.0.1:6443\n")
+    monkeypatch.setattr(module, "ADMIN_CONF", str(admin))
+    monkeypatch.setattr(module, "KUBELET_CONF", str(tmp_path / "absent.conf"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    kubectl = bindir / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL)
+    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
+    (bindir / "kubectl.mode").write_text(mode)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return module
+
+
+def test_collect_reads_nodes_objects_and_daemonsets(monkeypatch, tmp_path) -> None:
+    answer = load_section(monkeypatch, tmp_path).collect({})
+    json.dumps(answer)  # the probe ships it as JSON
+    assert answer["admin_conf"] is True and answer["kubelet_conf"] is False and answer["api_error"] is None
+    assert answer["api"] == {
+        "nodes": {"gpu-1": {"labels": {"zone": "a"}, "taints": [{"key": "gpu", "effect": "NoSchedule"}],
+                            "kubelet_version": "v1.31.4"}},
+        "objects": {"ResourceQuota/vision/gpu-quota": "abc", "Namespace//vision": None},
+        "daemonsets": ["kube-flannel/kube-flannel-ds"],
+    }
+    assert set(answer["module_features"]) == {"overlay", "br_netfilter"}
+    assert isinstance(answer["addresses"], list)
+
+
+def test_collect_reports_an_api_that_does_not_answer(monkeypatch, tmp_path) -> None:
+    answer = load_section(monkeypatch, tmp_path, mode="FAIL").collect({})
+    assert answer["api"] is None
+    assert "connection to the server 10.0.0.1:6443 was refused" in answer["api_error"]
+
+
+def test_collect_without_admin_conf_asks_no_api(monkeypatch, tmp_path) -> None:
+    module = load_section(monkeypatch, tmp_path)
+    monkeypatch.setattr(module, "ADMIN_CONF", str(tmp_path / "none.conf"))
+    answer = module.collect({})
+    assert answer["admin_conf"] is False and answer["api"] is None and answer["api_error"] is None
