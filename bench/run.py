@@ -57,13 +57,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def write_cluster(path: Path, hosts: list[tuple[str, str]], key: Path, known_hosts: Path) -> Path:
-    """A cluster file naming ``hosts`` (name, loopback address) with the given SSH key and known_hosts."""
+def write_cluster(path: Path, hosts: list[tuple[str, str]], key: Path, known_hosts: Path,
+                  gpus: dict[str, Any] | None = None) -> Path:
+    """A cluster file naming ``hosts`` (name, loopback address) with the given SSH key and known_hosts (and, for
+    the real pipeline, the GPUs every node is described with)."""
     doc = {"version": "v1",
            "cluster": {"name": "bench", "kubernetes": {"enabled": False},
                        "ssh": {"user": "root", "key": str(key), "known_hosts": str(known_hosts),
                                "strict_host_key_checking": True, "connect_timeout": 10}},
-           "nodes": [{"name": name, "address": address} for name, address in hosts]}
+           "nodes": [{"name": name, "address": address, **({"gpus": gpus} if gpus else {})} for name, address in hosts]}
     path.write_text(json.dumps(doc, indent=1))
     return path
 
@@ -76,6 +78,7 @@ class Bench:
         self.work = args.workdir / time.strftime("run-%Y%m%d-%H%M%S")
         self.work.mkdir(parents=True, exist_ok=True)
         self.results: list[tools.Measurement] = []
+        self.pipeline: dict[str, Any] | None = None
 
     def measure(self, fleet: str, hosts: list[tuple[str, str]], workload: Workload, key: Path,
                 known_hosts: Path) -> None:
@@ -112,6 +115,10 @@ class Bench:
             self.measure("rig", hosts, workload, key, known_hosts)
         if growth is not None:
             self.measure("rig", [(n.name, n.ssh_address) for n in nodes[:max(sizes)]], growth, key, known_hosts)
+        hosts = [(n.name, n.ssh_address) for n in nodes[:max(sizes)]]
+        self.pipeline = tools.pipeline(self.work, len(hosts),
+                                       write_cluster(self.work / "pipeline-cluster.yaml", hosts, key, known_hosts,
+                                                     gpus={"model": "H200", "count": 8}))
 
     def fleet(self, base: Path, workload: Workload, converge: str) -> None:
         """The loopback fleet part: many sshd hosts sharing one Debian root, no systemd."""
@@ -164,6 +171,19 @@ def table(results: list[tools.Measurement]) -> str:
     return "\n".join(lines)
 
 
+def pipeline_lines(p: dict[str, Any]) -> str:
+    """What the real pipeline costs on the rig hosts (``gpu-provision drift`` and the deploy's ``--dry``)."""
+    if "error" in p:
+        return f"gpu-provision drift with the real pipeline failed: {p['error']}"
+    dry = p["deploy_dry"]
+    return (f"Real pipeline ({', '.join(p['stages'])}) on the {p['hosts']} rig hosts described as 8-GPU H200 nodes "
+            f"(not converged, so both find drift):\n"
+            f"  gpu-provision drift               {p['wall_s']:6.2f} s  {p['commands_per_host']:5.1f} cmds/host  "
+            f"{p['differences_per_host']:.0f} differences/host  exit {p['exit_status']}\n"
+            f"  pyinfra deploys/gpu_node.py --dry {dry['wall_s']:6.2f} s  {dry['commands_per_host']:5.1f} cmds/host  "
+            f"{dry['changes']} operation changes  exit {dry['exit_status']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every tool found every node in sync, 1 otherwise."""
     args = parse_args(argv)
@@ -189,13 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         fleet_workload = workload.without_units()
         bench.fleet(base, fleet_workload, converge_script(fleet_workload, most_files))
     text = table(bench.results)
+    if bench.pipeline:
+        text += "\n\n" + pipeline_lines(bench.pipeline)
     print()
     print(text)
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta: dict[str, Any] = {"argv": argv, "cpus": os.cpu_count(), "seconds": round(time.monotonic() - started, 1),
                             "workdir": str(bench.work)}
-    (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta,
+    (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta, "pipeline": bench.pipeline,
                                                       "results": [r.to_json() for r in bench.results]}, indent=1))
     (RESULTS / f"{stamp}.txt").write_text(text + "\n")
     print(f"\nresults: {RESULTS / (stamp + '.json')}; tool outputs under {bench.work}")

@@ -94,6 +94,30 @@ def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: 
                        in_sync=run.rc == 0, note="; ".join(drift)[:300])
 
 
+def pipeline(workdir: Path, hosts: int, cluster: Path) -> dict[str, Any]:
+    """``gpu-provision drift`` itself with every stage of the pipeline, and ``pyinfra inventory.py
+    deploys/gpu_node.py --dry``, on nodes described as GPU nodes but not converged (so both find drift): their cost
+    per host with the real stages' many wants."""
+    run = run_measured([sys.executable, "-m", "gpu_provision.cli", "drift", "inventory.py", "--cluster", str(cluster),
+                        "--json"], workdir, f"pipeline-{hosts}")
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        return {"error": run.stderr.strip()[-300:], "wall_s": run.wall_s}
+    nodes = report["nodes"]
+    counts_file = workdir / f"pipeline-{hosts}-dry.counts.json"
+    dry = run_measured([sys.executable, "-m", "bench.stock_pyinfra", str(counts_file), "--", "inventory.py",
+                        "deploys/gpu_node.py", "--dry"], workdir, f"pipeline-{hosts}-dry",
+                       env={"GPU_PROVISION_CLUSTER": str(cluster)})
+    dry_counts = json.loads(counts_file.read_text()) if counts_file.exists() else {}
+    return {"hosts": hosts, "stages": report["stages"], "wall_s": round(run.wall_s, 2), "exit_status": run.rc,
+            "peak_rss_mb": round(run.peak_rss_mb), "commands_per_host": sum(n["commands"] for n in nodes) / len(nodes),
+            "differences_per_host": sum(len(n["differences"]) for n in nodes) / len(nodes),
+            "deploy_dry": {"wall_s": round(dry.wall_s, 2), "exit_status": dry.rc,
+                           "commands_per_host": sum(dry_counts.values()) / hosts,
+                           "changes": pyinfra_changes(dry.stdout + dry.stderr)}}
+
+
 def stock_pyinfra(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path,
                   workload: Path) -> Measurement:
     """pyinfra's own operations and facts (``--dry``) on the same inventory."""
