@@ -86,6 +86,22 @@ def test_h200x2_q_xml_has_the_captured_element_paths(sim_node: SimNode) -> None:
     assert _element_paths(sim_node.smi("-q", "-x")) == _element_paths(_fixture("h200x2/nvsmi_q.xml"))
 
 
+def test_h200x2_q_xml_byte_for_byte_with_capture_values(sim_node: SimNode) -> None:
+    """With the identity and telemetry of that moment, -q -x of the NVLink pair matches exactly
+    (including the configured fabric both GPUs report)."""
+    moment = [
+        {"pdi": "0x4d9f17ffbcf417ce", "module_id": 5, "telemetry": {
+            "temperature": 34, "tlimit_temperature": 52, "tx_kbs": 1233, "rx_kbs": 614, "average_power_draw": "120.15",
+            "instant_power_draw": "81.54", "memory_power_draw": "46.78", "clocks_sm_mhz": 405}},
+        {"pdi": "0xd120ad14ce82e0a2", "module_id": 7, "telemetry": {
+            "temperature": 36, "tlimit_temperature": 51, "tx_kbs": 1194, "rx_kbs": 560, "average_power_draw": "103.91",
+            "instant_power_draw": "84.23", "memory_power_draw": "43.05", "clocks_sm_mhz": 435}},
+    ]
+    gpus = [{**gpu, **extra, "board_part_number": "692-2G520-0282-000"} for gpu, extra in zip(H200X2_HOST, moment)]
+    _host(sim_node, gpus, "Sun Nov 29 22:01:38 2026")
+    assert sim_node.smi("-q", "-x") == _fixture("h200x2/nvsmi_q.xml")
+
+
 def test_query_csv_noheader_nounits(sim_node: SimNode) -> None:
     _host(sim_node, H200_HOST, "Sun Nov 29 21:18:36 2026")
     out = sim_node.smi("--query-gpu=index,memory.total,power.limit,count,pci.device_id", "--format=csv,noheader,nounits")

@@ -42,6 +42,12 @@ def _values(gpu: Any, state: Any, info: dict) -> dict[str, Any]:
     device = devfn.split(".")[0]
     limit = f"{float(gpu.hwv('power_limit_w', 0)):.2f}"
     mig_on = gs["mig_current"]
+    # The captured NVLink pair reports a configured fabric, the single GPU N/A; gpus.json may override.
+    linked = len(state.gpus) > 1 and gpu.hwv("nvlink", None) is not None
+    fabric = {"state": "Completed", "status": "Success", "clique": "0",
+              "cluster": "00000000-0000-0000-0000-000000000000"} if linked else dict.fromkeys(
+        ("state", "status", "clique", "cluster"), "N/A")
+    fabric.update(gpu.entry.get("fabric", {}))
     return {
         "bus_id": gpu.bus_id,
         "name": gpu.name,
@@ -97,6 +103,10 @@ def _values(gpu: Any, state: Any, info: dict) -> dict[str, Any]:
         "clk_video": t.get("clocks_video_mhz", 0),
         "clk_max_sm": gpu.hwv("clocks_max_sm_mhz"),
         "clk_max_video": gpu.hwv("clocks_max_video_mhz"),
+        "fabric_state": fabric["state"],
+        "fabric_status": fabric["status"],
+        "fabric_clique": fabric["clique"],
+        "fabric_cluster": fabric["cluster"],
     }
 
 
