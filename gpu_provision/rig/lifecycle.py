@@ -270,6 +270,17 @@ class Rig:
         if wait:
             self.wait_ssh([name])
 
+    def remove(self, names: list[str]) -> None:
+        """Stop the named nodes, drop what they changed and forget them; the rest of the rig keeps running."""
+        with self._locked():
+            state = self._read_state()
+            for name in names:
+                stop_daemon(self._forward_pidfile(name))
+                self._stop_node(name, fresh=True)
+                state.pop(name, None)
+            self._write_state(state)
+            self._write_known_hosts()
+
     def kill_node(self, name: str) -> None:
         """Cut node ``name``'s power: SIGKILL its PID 1, as a crash would. It stays down until reset."""
         layout = self.layout(self.node(name).name)

@@ -1,10 +1,14 @@
 """Fixtures for tests against the local systemd-nspawn rig.
 
-``rig`` (session): the :class:`Rig`, taken down before the first rig test (a crashed earlier session leaves no
-trace) and after the last. ``rig_nodes`` (module): brings up the nodes the module names in ``RIG_NODES`` (default
-:data:`DEFAULT_NODES`) on the shared rig and returns them; modules asking for the same nodes share running nodes.
-``reset_node``: makes a node fresh (overlay wiped, booted again). Rig tests carry ``@pytest.mark.rig``; they are
-skipped, with the reason, where the rig cannot run (not root, mmdebstrap or systemd-nspawn missing).
+``rig`` (session): the :class:`Rig`. The rig may be shared with other users of the machine (benchmarks, manual
+runs, other test sessions), so a session only touches its own nodes, named ``rt<pid>-<n>`` on free loopback
+addresses: it drops nodes of dead sessions first, removes its own at the end, and takes the whole rig down only if
+no other node is left. ``rig_nodes`` (module): brings up nodes of the shapes (GPU model, count) the module names in
+``RIG_NODE_SHAPES`` (default :data:`DEFAULT_SHAPES`), or the named nodes in ``RIG_NODES``, and returns them;
+modules asking for the same shapes share running nodes. ``reset_node``: makes a node fresh (overlay wiped, booted
+again). ``rig_exclusive``: skips a test that would disturb other users' nodes. Rig tests carry
+``@pytest.mark.rig``; they are skipped, with the reason, where the rig cannot run (not root, mmdebstrap or
+systemd-nspawn missing).
 """
 
 from __future__ import annotations
@@ -22,31 +26,95 @@ import pytest
 from gpu_provision.rig.config import RigNode
 from gpu_provision.rig.lifecycle import Rig, missing_requirements
 
-DEFAULT_NODES = [
-    RigNode("node1", "127.0.10.1", gpu_model="H200", gpu_count=2),
-    RigNode("node2", "127.0.10.2"),
-]
+DEFAULT_SHAPES: list[tuple[str | None, int]] = [("H200", 2), (None, 0)]
+"""GPU model and count of each node a module gets unless it sets ``RIG_NODE_SHAPES``."""
 SSH_TIMEOUT_S = 60
+_SESSION_NAME = re.compile(r"^rt(\d+)-\d+$")
+# Loopback indices handed to test nodes, from the top down (other users of the rig tend to take low ones).
+_TEST_INDICES = range(150, 130, -1)
+
+
+class SessionRig:
+    """The rig as one pytest session uses it: its own nodes (``rt<pid>-<n>``), the rest left alone."""
+
+    def __init__(self, rig: Rig):
+        self.rig = rig
+        self.prefix = f"rt{os.getpid()}-"
+        self.by_shapes: dict[tuple[tuple[str | None, int], ...], list[RigNode]] = {}
+        self.started: set[str] = set()
+
+    def own(self, node: RigNode) -> bool:
+        """Whether ``node`` belongs to this session."""
+        return node.name.startswith(self.prefix) or node.name in self.started
+
+    def up(self, nodes: list[RigNode]) -> list[RigNode]:
+        """Bring ``nodes`` up and remember them for removal at the end of the session."""
+        self.started.update(n.name for n in nodes)
+        self.rig.up(nodes)
+        return nodes
+
+    def drop_stale(self) -> None:
+        """Remove nodes left by test sessions whose process is gone."""
+        stale = [n.name for n in self.rig.nodes()
+                 if (m := _SESSION_NAME.match(n.name)) and not Path(f"/proc/{m.group(1)}").exists()]
+        if stale:
+            self.rig.remove(stale)
+
+    def nodes_for(self, shapes: list[tuple[str | None, int]]) -> list[RigNode]:
+        """Running nodes of the given shapes, made on first use on free loopback addresses."""
+        key = tuple(shapes)
+        if key not in self.by_shapes:
+            taken = {n.index for n in self.rig.nodes()} | {n.index for ns in self.by_shapes.values() for n in ns}
+            free = [i for i in _TEST_INDICES if i not in taken]
+            first = sum(len(ns) for ns in self.by_shapes.values()) + 1
+            self.by_shapes[key] = [
+                RigNode(f"{self.prefix}{first + i}", f"127.0.10.{free[i]}", model, count if model else 0)
+                for i, (model, count) in enumerate(shapes)]
+        return self.up(self.by_shapes[key])
+
+    def close(self) -> None:
+        """Remove this session's nodes; take the rig down if nobody else has nodes on it."""
+        self.rig.remove([n.name for n in self.rig.nodes() if self.own(n)])
+        if not self.rig.nodes():
+            self.rig.down()
 
 
 @pytest.fixture(scope="session")
-def rig() -> Iterator[Rig]:
-    """The shared rig; skips the test where the rig cannot run."""
+def session_rig() -> Iterator[SessionRig]:
+    """This session's view of the shared rig; skips the test where the rig cannot run."""
     missing = missing_requirements()
     if missing:
         pytest.skip(f"the rig cannot run here: missing {', '.join(missing)}")
-    the_rig = Rig()
-    the_rig.down()
-    yield the_rig
-    the_rig.down()
+    srig = SessionRig(Rig())
+    srig.drop_stale()
+    yield srig
+    srig.close()
+
+
+@pytest.fixture(scope="session")
+def rig(session_rig: SessionRig) -> Rig:
+    """The rig (shared with other users of the machine, if any)."""
+    return session_rig.rig
 
 
 @pytest.fixture(scope="module")
-def rig_nodes(request: pytest.FixtureRequest, rig: Rig) -> list[RigNode]:
-    """The module's ``RIG_NODES`` (or :data:`DEFAULT_NODES`), running with sshd up."""
-    nodes: list[RigNode] = getattr(request.module, "RIG_NODES", DEFAULT_NODES)
-    rig.up(nodes)
-    return nodes
+def rig_nodes(request: pytest.FixtureRequest, session_rig: SessionRig) -> list[RigNode]:
+    """The module's nodes, running with sshd up: ``RIG_NODES`` (a list of :class:`RigNode`, names and addresses
+    chosen by the module) if it has one, else fresh session nodes of ``RIG_NODE_SHAPES`` (default
+    :data:`DEFAULT_SHAPES`)."""
+    named: list[RigNode] | None = getattr(request.module, "RIG_NODES", None)
+    if named is not None:
+        return session_rig.up(named)
+    return session_rig.nodes_for(getattr(request.module, "RIG_NODE_SHAPES", DEFAULT_SHAPES))
+
+
+@pytest.fixture
+def rig_exclusive(session_rig: SessionRig, rig_nodes: list[RigNode]) -> Rig:
+    """The rig, for a test that disturbs every node on it; skips while other users' nodes run."""
+    others = sorted(n.name for n in session_rig.rig.nodes() if not session_rig.own(n))
+    if others:
+        pytest.skip(f"the rig is shared with running nodes {', '.join(others)}; not disturbing them")
+    return session_rig.rig
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from gpu_provision.rig.node import leader_pid
 pytestmark = pytest.mark.rig
 
 
-def test_subnet_blackholed_while_bridge_is_down(rig, rig_nodes):
+def test_subnet_blackholed_while_bridge_is_down(rig_exclusive, rig_nodes):
+    rig = rig_exclusive
     assert network.route_get("10.77.0.5").startswith(f"10.77.0.5 dev {BRIDGE_NAME}")
     subprocess.run(["ip", "link", "set", BRIDGE_NAME, "down"], check=True)
     try:
@@ -44,7 +45,8 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_down_leaves_nothing_behind(rig, rig_nodes):
+def test_down_leaves_nothing_behind(rig_exclusive, rig_nodes):
+    rig = rig_exclusive
     leaders = [leader_pid(rig.layout(n.name)) for n in rig_nodes]
     assert all(leaders)
     node_netns = {os.readlink(f"/proc/{pid}/ns/net") for pid in leaders}
