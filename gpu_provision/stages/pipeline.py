@@ -95,6 +95,8 @@ def gpu_node(stages: Sequence[str] | None = None) -> None:
     commands.use_request(commands.this_host(), node_request(node, cluster))
     deploy_function(importlib.import_module(f"{PACKAGE}.preflight"))()
     repos.proxy(name="Package proxy", url=cluster.mirrors.package_proxy)
-    for name in stages or STAGES:
-        if name != "preflight":
-            deploy_function(importlib.import_module(f"{PACKAGE}.{name}"))()
+    # pyinfra orders operations by the line numbers of their call stack, without file names: two stages with an
+    # operation at the same lines would share one operation hash, and hosts that skip one of them would order the
+    # shared hashes differently (a cycle). host.loop adds the stage's position to every operation's order.
+    for name in host.loop([s for s in (stages or STAGES) if s != "preflight"]):
+        deploy_function(importlib.import_module(f"{PACKAGE}.{name}"))()
