@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import shutil
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,21 @@ def gpu_description(node: RigNode) -> dict[str, list[dict[str, Any]]]:
                      for i in range(node.gpu_count)]}
 
 
+def write_kernel_headers(root: Path) -> None:
+    """Stand-in kernel headers for the running kernel under the node root ``root``.
+
+    Rig nodes run the host's kernel, for which no headers package exists in any repository the rig reaches, so the
+    driver's DKMS preflight would refuse every node. ``/lib/modules/<kernel>/build`` is where DKMS and the preflight
+    look for headers; the rig lays a marked directory there, as a machine with ``linux-headers-<kernel>`` has.
+    """
+    build = root / "usr/lib/modules" / platform.release() / "build"
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "STAND-IN").write_text("Stand-in for the test rig: headers of the host kernel the node runs on.\n")
+
+
 def write_hardware(root: Path, node: RigNode) -> None:
-    """Write gpus.json and the PCI view of ``node`` under the node root ``root`` (before boot)."""
+    """Write gpus.json, the PCI view and stand-in kernel headers of ``node`` under the node root ``root``."""
+    write_kernel_headers(root)
     sim = root / NODE_SIM_DIR
     sim.mkdir(parents=True, exist_ok=True)
     description = gpu_description(node)
