@@ -284,3 +284,27 @@ def test_any_user_can_read_but_not_change(h200: SimNode) -> None:
         assert change.returncode == 4 and "Insufficient Permissions" in change.stdout + change.stderr
     finally:
         shutil.rmtree(shared)
+
+
+def test_process_in_a_mig_device_blocks_destroying_it(h200: SimNode) -> None:
+    h200.smi("-mig", "1")
+    h200.smi("mig", "-cgi", "9,9", "-C")
+    holder = subprocess.Popen(
+        [sys.executable, str(SIM), "gpu-sim", "hold", "--gpu", "0", "--gi", "2", "--mem", "300", "--", "sleep", "60"],
+        env=h200.env,
+    )
+    try:
+        for _ in range(200):
+            if h200.state().get("processes"):
+                break
+            time.sleep(0.05)
+        summary = h200.smi()
+        assert "|    0    2    0" in summary and "300MiB / 71424MiB" in summary
+        refused = h200.run("mig", "-dci", "-gi", "2")
+        assert refused.returncode != 0 and "In use by another client" in refused.stderr
+        assert h200.smi("mig", "-dci", "-gi", "1").startswith("Successfully destroyed compute instance ID  0")
+        assert h200.smi("mig", "-dgi", "-gi", "1") == "Successfully destroyed GPU instance ID  1 from GPU  0\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert h200.smi("mig", "-dci", "-gi", "2").startswith("Successfully destroyed")
