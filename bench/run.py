@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,9 @@ from bench.playbook import write_inventory, write_playbook
 from bench.workload import Workload, base_versions, converge_script, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: Loopback addresses of the two bad hosts: one accepts and never speaks, nothing listens on the other.
+STALLED_ADDRESS = "127.0.20.250"
+REFUSING_ADDRESS = "127.0.20.251"
 DEFAULT_WORKDIR = Path("/var/tmp/gpu-provision-bench")
 TOOLS = ("ours", "pyinfra", "ansible")
 
@@ -58,13 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def write_cluster(path: Path, hosts: list[tuple[str, str]], key: Path, known_hosts: Path,
-                  gpus: dict[str, Any] | None = None) -> Path:
+                  gpus: dict[str, Any] | None = None, connect_timeout: int = 10) -> Path:
     """A cluster file naming ``hosts`` (name, loopback address) with the given SSH key and known_hosts (and, for
     the real pipeline, the GPUs every node is described with)."""
     doc = {"version": "v1",
            "cluster": {"name": "bench", "kubernetes": {"enabled": False},
                        "ssh": {"user": "root", "key": str(key), "known_hosts": str(known_hosts),
-                               "strict_host_key_checking": True, "connect_timeout": 10}},
+                               "strict_host_key_checking": True, "connect_timeout": connect_timeout}},
            "nodes": [{"name": name, "address": address, **({"gpus": gpus} if gpus else {})} for name, address in hosts]}
     path.write_text(json.dumps(doc, indent=1))
     return path
@@ -79,6 +83,7 @@ class Bench:
         self.work.mkdir(parents=True, exist_ok=True)
         self.results: list[tools.Measurement] = []
         self.pipeline: dict[str, Any] | None = None
+        self.unreachable: dict[str, Any] | None = None
 
     def measure(self, fleet: str, hosts: list[tuple[str, str]], workload: Workload, key: Path,
                 known_hosts: Path) -> None:
@@ -129,6 +134,26 @@ class Bench:
             hosts = [(h.name, h.address) for h in fleet.start()]
             for size in sizes:
                 self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts)
+            if "ours" in self.args.tools:
+                self.unreachable = self.with_bad_hosts(hosts[:min(sizes)], workload, fleet)
+
+    def with_bad_hosts(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
+        """gpu-provision on fleet hosts plus one host that accepts and never answers and one that refuses,
+        with a 3 s connect timeout: the good hosts are checked, the bad ones listed with their reasons."""
+        with socket.socket() as stalled:
+            stalled.bind((STALLED_ADDRESS, 22))
+            stalled.listen(8)
+            bad = [("stalled", STALLED_ADDRESS), ("refusing", REFUSING_ADDRESS)]
+            folder = self.work / "unreachable"
+            folder.mkdir(exist_ok=True)
+            cluster = write_cluster(folder / "cluster.yaml", hosts + bad, fleet.client_key, fleet.known_hosts,
+                                    connect_timeout=3)
+            result = tools.ours(folder, "fleet", [n for n, _ in hosts + bad], workload.operations, cluster,
+                                write_json(folder / "workload.json", workload))
+        report = json.loads((folder / f"ours-fleet-{len(hosts) + 2}-{workload.operations}.out").read_text())
+        return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2), "summary": report["summary"],
+                "not_checked": {n["name"]: n["problems"] for n in report["nodes"] if n["status"] == "not-checked"},
+                "exit_status": report["exit_status"]}
 
 
 def table(results: list[tools.Measurement]) -> str:
@@ -211,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     text = table(bench.results)
     if bench.pipeline:
         text += "\n\n" + pipeline_lines(bench.pipeline)
+    if bench.unreachable:
+        u = bench.unreachable
+        reasons = "; ".join(f"{name}: {' '.join(problems)}" for name, problems in u["not_checked"].items())
+        text += (f"\n\n{u['hosts']} fleet hosts plus a stalled and a refusing host, connect timeout 3 s: "
+                 f"{u['wall_s']:.2f} s, {u['summary']['in-sync']} in sync, {u['summary']['not-checked']} not "
+                 f"checked ({reasons}), exit {u['exit_status']}")
     print()
     print(text)
     RESULTS.mkdir(exist_ok=True)
@@ -218,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {"argv": argv, "cpus": os.cpu_count(), "seconds": round(time.monotonic() - started, 1),
                             "workdir": str(bench.work)}
     (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta, "pipeline": bench.pipeline,
+                                                      "unreachable": bench.unreachable,
                                                       "results": [r.to_json() for r in bench.results]}, indent=1))
     (RESULTS / f"{stamp}.txt").write_text(text + "\n")
     print(f"\nresults: {RESULTS / (stamp + '.json')}; tool outputs under {bench.work}")
