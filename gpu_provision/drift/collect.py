@@ -205,6 +205,10 @@ def check_fleet(inventory: Inventory, stages: Sequence[Any], settings: CheckSett
     settings = settings or CheckSettings()
     started = time.monotonic()
     hosts = _chosen(inventory, settings.limit)
+    if not hosts:
+        from gpu_provision.errors import GpuProvisionError
+
+        raise GpuProvisionError("the inventory has no hosts")
     connect_timeout = _connect_timeout(inventory, resolve, settings.connect_timeout)
     for host in hosts:
         _apply_timeouts(host, connect_timeout, settings.command_timeout)

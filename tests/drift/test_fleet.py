@@ -115,3 +115,12 @@ def test_failed_probe_section_marks_the_node_incomplete(stages, in_sync):
 def test_limit_checks_only_the_named_nodes(stages, in_sync):
     report = run([fake("a", in_sync), fake("b", in_sync)], stages, limit=("@fake/b",))
     assert [n.name for n in report.nodes] == ["@fake/b"]
+
+
+def test_empty_inventory_is_a_user_error(stages):
+    from gpu_provision.errors import GpuProvisionError
+
+    with pytest.raises(GpuProvisionError, match="no hosts"):
+        run([], stages)
+    with pytest.raises(GpuProvisionError, match="does not have: nope"):
+        run([fake("a", {})], stages, limit=("nope",))
