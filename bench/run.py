@@ -43,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--rig-sizes", type=_sizes, default=[1, 3, 6], help="rig node counts (default 1,3,6; max 6)")
-    p.add_argument("--fleet-sizes", type=_sizes, default=[25, 100],
-                   help="loopback-fleet host counts (default 25,100; max 200)")
+    p.add_argument("--fleet-sizes", type=_sizes, default=[10, 50, 100],
+                   help="loopback-fleet host counts (default 10,50,100; max 200)")
     p.add_argument("--files", type=int, default=8, help="config files in the workload (default 8)")
     p.add_argument("--growth-files", type=int, default=40,
                    help="config files in the larger workload run on the largest rig size (default 40; 0: skip)")
