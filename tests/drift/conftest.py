@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from drift_helpers import IN_SYNC, make_stage, mig_extra, permission_wants, runtime_wants
+from drift_samples import IN_SYNC, make_stage, mig_extra, permission_wants, runtime_wants
 
 
 @pytest.fixture

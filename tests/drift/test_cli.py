@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
-from drift_helpers import write_cluster
+from drift_samples import write_cluster
 
 from gpu_provision.drift.schema import REPORT_SCHEMA
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drift_helpers import make_stage
+from drift_samples import make_stage
 
 from gpu_provision.desired import Difference, PackageWant
 from gpu_provision.drift import node_differences, node_request

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from drift_helpers import IN_SYNC, make_stage
+from drift_samples import IN_SYNC, make_stage
 from pyinfra.api import Inventory
 
 from gpu_provision.desired import FileWant, PackageWant

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from drift_helpers import write_cluster
+from drift_samples import write_cluster
 
 from gpu_provision.rig.config import RigNode
 from gpu_provision.rig.lifecycle import Rig, missing_requirements
