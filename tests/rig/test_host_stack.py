@@ -1,0 +1,122 @@
+"""The host stack on rig nodes through real pyinfra runs: converge, no change, repair hand changes, GPU in a container.
+
+Stand-ins (see gpu_provision/rig/standins/): the NVIDIA driver, kernel modules and container toolkit packages
+come from the rig's signed mirror and behave as documented without hardware; ``/lib/modules/<kernel>/build`` is
+created by the test as the stand-in for kernel headers (rig nodes run the host's kernel, which has none).
+Docker is Debian's ``docker.io`` through the rig's apt proxy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpu_provision.rig.config import RigNode
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = REPO / "tests" / "rig" / "clusters" / "host-stack.yaml"
+GPU_NODE, PLAIN_NODE = (RigNode("rigtesths1", "127.0.10.71", gpu_model="H200", gpu_count=2),
+                        RigNode("rigtesths2", "127.0.10.72"))
+RIG_NODES = [GPU_NODE, PLAIN_NODE]
+DEPLOY = "from gpu_provision.stages.pipeline import HOST_STACK, gpu_node\n\ngpu_node(stages=HOST_STACK)\n"
+HEADERS = "mkdir -p /lib/modules/$(uname -r)/build"
+IMAGE = ("set -e; rm -rf /tmp/img; mkdir -p /tmp/img/bin; cp /bin/busybox /tmp/img/bin/busybox; "
+         "tar -C /tmp/img -c . | docker import - rig/busybox:1")
+HELD = ("nvidia-open", "nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")
+
+
+@pytest.fixture(scope="module")
+def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    """The cluster file with the rig's key and known_hosts; the nodes start fresh once per module."""
+    doc = yaml.safe_load(CLUSTER.read_text())
+    doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    path = tmp_path_factory.mktemp("host-stack") / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    for node in rig_nodes:
+        rig.reset_node(node.name)
+    return path
+
+
+@pytest.fixture
+def deployment(cluster_file, pyinfra, monkeypatch):  # type: ignore[no-untyped-def]
+    """Runs ``pyinfra -y inventory.py <host-stack deploy>`` with the rig cluster file."""
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file))
+    deploy = pyinfra.deploy(DEPLOY, name="host_stack.py")
+    return lambda: pyinfra.run(REPO / "inventory.py", deploy, timeout=900)
+
+
+def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh):  # type: ignore[no-untyped-def]
+    result = deployment()
+    assert result.returncode != 0, result.output
+    kernel = ssh(GPU_NODE, "uname -r").stdout.strip()
+    assert (f"gpu-provision: preflight failed: no headers for the running kernel {kernel} and no package "
+            f"linux-headers-{kernel}") in result.output
+    # Nothing was installed on the node that failed; the other node got its container runtime.
+    assert ssh(GPU_NODE, "dpkg-query -W nvidia-driver").returncode != 0
+    assert ssh(PLAIN_NODE, "systemctl is-active docker").stdout.strip() == "active"
+
+
+def test_converge_then_no_change(deployment, ssh):  # type: ignore[no-untyped-def]
+    assert ssh(GPU_NODE, HEADERS).returncode == 0
+    first = deployment()
+    assert first.returncode == 0, first.output[-6000:]
+    held = set(ssh(GPU_NODE, "apt-mark showhold").stdout.split())
+    assert set(HELD) <= held
+    versions = dict(line.split() for line in ssh(GPU_NODE, "dpkg-query -W " + " ".join(HELD)).stdout.splitlines())
+    assert versions["nvidia-driver"] == "580.159.04-1" and versions["nvidia-container-toolkit"] == "1.17.8-1"
+    daemon = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+    assert daemon["default-runtime"] == "nvidia" and daemon["default-shm-size"] == "1g"
+    assert daemon["exec-opts"] == ["native.cgroupdriver=systemd"]
+    assert daemon["log-opts"] == {"max-size": "100m", "max-file": "3"}
+    assert ssh(GPU_NODE, "test -s /etc/cdi/nvidia.yaml && test -L /dev/char/195:0").returncode == 0
+    gid = ssh(GPU_NODE, "getent group gpu | cut -d: -f3").stdout.strip()
+    assert ssh(GPU_NODE, "cat /etc/modprobe.d/gpu-provision-nvidia.conf").stdout.endswith(
+        f"NVreg_DeviceFileGID={gid} NVreg_DeviceFileMode=432\n")
+    assert ssh(GPU_NODE, "stat -c '%g %a' /dev/nvidia0").stdout.split() == [gid, "660"]
+    assert "Signed-By: /etc/apt/keyrings/cuda.gpg" in ssh(GPU_NODE, "cat /etc/apt/sources.list.d/cuda.sources").stdout
+
+    second = deployment()
+    assert second.returncode == 0, second.output[-6000:]
+    totals = second.totals()
+    assert (totals["success"], totals["error"]) == (0, 0), second.output[-6000:]
+
+
+def test_hand_changes_are_repaired_exactly(deployment, ssh):  # type: ignore[no-untyped-def]
+    daemon = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+    daemon["log-opts"]["max-size"] = "1g"
+    daemon["registry-mirrors"] = ["http://10.77.0.1:5000"]
+    edited = json.dumps(daemon, indent=4)
+    assert ssh(GPU_NODE, f"printf '%s' '{edited}' > /etc/docker/daemon.json && apt-mark unhold nvidia-driver"
+               ).returncode == 0
+    started = ssh(GPU_NODE, "systemctl show -p ActiveEnterTimestampMonotonic docker").stdout
+
+    repair = deployment()
+    assert repair.returncode == 0, repair.output[-6000:]
+    repaired = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+    assert repaired["registry-mirrors"] == ["http://10.77.0.1:5000"]
+    assert repaired["log-opts"]["max-size"] == "100m" and repaired["default-runtime"] == "nvidia"
+    assert ssh(GPU_NODE, "cat /etc/docker/daemon.json.gpu-provision.bak").stdout == edited
+    assert "nvidia-driver" in ssh(GPU_NODE, "apt-mark showhold").stdout.split()
+    assert ssh(GPU_NODE, "systemctl show -p ActiveEnterTimestampMonotonic docker").stdout != started
+    # Exactly those two things changed: the daemon.json merge (and Docker's restart) and the hold.
+    changed = [line for line in repair.host_lines(GPU_NODE.name) if line.endswith("Success")]
+    assert len(changed) == 3, repair.output[-6000:]
+
+    again = deployment()
+    assert (again.returncode, again.totals()["success"]) == (0, 0), again.output[-6000:]
+
+
+def test_container_through_the_nvidia_runtime_sees_the_gpu(deployment, ssh):  # type: ignore[no-untyped-def]
+    install = ssh(GPU_NODE, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static && " + IMAGE)
+    assert install.returncode == 0, install.stderr[-2000:]
+    run = ssh(GPU_NODE, "docker run --rm -e NVIDIA_VISIBLE_DEVICES=0 rig/busybox:1 /bin/busybox ls /dev")
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout.split()
+    # nvidia is Docker's default runtime: no --runtime flag needed; only the asked-for GPU is visible.
+    assert "nvidia0" in listed and "nvidiactl" in listed and "nvidia1" not in listed
