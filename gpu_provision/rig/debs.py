@@ -101,7 +101,11 @@ def _load_json(path: Path) -> dict:
 
 
 def _executable(path: Path) -> bool:
-    return bool(path.stat().st_mode & 0o111)
+    """Executable in the package: executable in the tree, or a script (installs may drop the mode bits)."""
+    if path.stat().st_mode & 0o111:
+        return True
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"#!"
 
 
 def collect(source: PackageSource, version: str) -> tuple[str, dict[str, tuple[bytes, int]], dict[str, bytes]]:
