@@ -3,6 +3,9 @@
 Runs the probe's ``mig`` section locally (no SSH) and compares it with the node's layouts from a cluster file, like
 ``nvidia-mig-parted assert``: exit status 0 when every GPU has its layout, 1 when a change would be made (the plan is
 printed, with the exact commands), 2 on a usage error.
+
+Also runnable without the rest of the command line's dependencies (pyinfra): ``python3 -m gpu_provision.commands.mig
+--node-file FILE --node NAME`` (needs only PyYAML and jsonschema, to read the cluster file).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 
 from gpu_provision import agent_mig
 from gpu_provision.errors import GpuProvisionError
@@ -80,3 +84,19 @@ def mig_assert(args: argparse.Namespace) -> int:
         for argv in layout.commands(action):
             print("        $ " + " ".join(argv))
     return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``mig-assert`` on its own: ``python3 -m gpu_provision.commands.mig --node-file FILE --node NAME``."""
+    parser = argparse.ArgumentParser(prog="python3 -m gpu_provision.commands.mig")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["mig-assert", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.handler(args))
+    except GpuProvisionError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
