@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -19,12 +20,15 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from gpu_provision.desired import Difference, Want, differences
+from gpu_provision.errors import GpuProvisionError
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, repos
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
 PACKAGE = "gpu_provision.stages"
+#: Comma-separated stage names to run instead of all of them (``preflight,driver``).
+STAGES_ENV = "GPU_PROVISION_STAGES"
 HOST_STACK = ("preflight", "driver", "runtime", "toolkit", "permissions")
 OPTIONAL = ("mig", "kubernetes", "verify")
 
@@ -35,6 +39,17 @@ def _present(name: str) -> bool:
 
 #: Stage module names in the order a node is brought up (optional ones only where their module exists).
 STAGES: list[str] = [*HOST_STACK, *(name for name in OPTIONAL if _present(name))]
+
+
+def chosen_stages(names: Sequence[str] | None = None) -> list[str]:
+    """``names``, else those in ``GPU_PROVISION_STAGES``, else every stage; unknown names are an error."""
+    if names is None:
+        text = os.environ.get(STAGES_ENV, "")
+        names = [n.strip() for n in text.split(",") if n.strip()] or STAGES
+    unknown = sorted(set(names) - set(STAGES))
+    if unknown:
+        raise GpuProvisionError(f"{STAGES_ENV}: unknown stage(s) {', '.join(unknown)} (stages: {', '.join(STAGES)})")
+    return list(names)
 
 
 def stage_modules() -> list[ModuleType]:
@@ -88,9 +103,10 @@ def node_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list
 def gpu_node(stages: Sequence[str] | None = None) -> None:
     """Bring one node to the cluster file's state: stages in order, one probe per phase when converged.
 
-    + stages: the stage names to run (default :data:`STAGES`; :data:`HOST_STACK` for the host stack alone);
-      preflight always runs first, then the package proxy is set
+    + stages: the stage names to run (default: ``GPU_PROVISION_STAGES``, else :data:`STAGES`; :data:`HOST_STACK`
+      for the host stack alone); preflight always runs first, then the package proxy is set
     """
+    names = chosen_stages(stages)
     node, cluster = node_for(host), cluster_for(host)
     commands.use_request(commands.this_host(), node_request(node, cluster))
     deploy_function(importlib.import_module(f"{PACKAGE}.preflight"))()
@@ -98,5 +114,5 @@ def gpu_node(stages: Sequence[str] | None = None) -> None:
     # pyinfra orders operations by the line numbers of their call stack, without file names: two stages with an
     # operation at the same lines would share one operation hash, and hosts that skip one of them would order the
     # shared hashes differently (a cycle). host.loop adds the stage's position to every operation's order.
-    for name in host.loop([s for s in (stages or STAGES) if s != "preflight"]):
+    for name in host.loop([s for s in names if s != "preflight"]):
         deploy_function(importlib.import_module(f"{PACKAGE}.{name}"))()
