@@ -229,7 +229,7 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
 
     Returns False, failing only this host, when the control plane cannot make a token or the join fails.
     """
-    source = state.inventory.get_host(control_plane)
+    source = state.inventory.get_host(control_plane, None)
     if source is None:
         host.log_styled(f"join: control plane {control_plane} is not in this run's inventory", fg="red")
         return False
@@ -440,13 +440,26 @@ def label_plan(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]], api
     return commands
 
 
+def joining(run: Any, name: str) -> bool:
+    """Whether node ``name`` may still register in this run: it is one of the run's hosts and has not failed.
+
+    Waiting for a node that failed earlier or is outside ``--limit`` would only hold up the control plane.
+    """
+    inventory = getattr(run, "inventory", None)
+    target = inventory.get_host(name, None) if inventory is not None else None
+    if target is None or target not in getattr(run, "activated_hosts", set()):
+        return False
+    return target not in getattr(run, "failed_hosts", set())
+
+
 @operation()
 def node_labels(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]]):
     """Every node's labels and taints as the cluster file says, set from this control plane.
 
     + wanted: node name -> (labels, taints as ``key=value:Effect``)
 
-    Reads the API afresh at execution: nodes joined earlier in the same run must be seen.
+    Reads the API afresh at execution: nodes joined earlier in the same run must be seen. Nodes the API does not
+    list are waited for only while they can still join in this run (see :func:`joining`).
 
     .. code:: python
 
@@ -461,7 +474,10 @@ def node_labels(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]]):
         yield failure
         return
     assert api is not None
-    commands = label_plan(wanted, api)
+    gone = [n for n in sorted(wanted) if n not in api.get("nodes", {}) and not joining(host.state, n)]
+    for name in gone:
+        host.noop(f"node {name} is not registered and does not join in this run: its labels wait for a later run")
+    commands = label_plan({n: v for n, v in wanted.items() if n not in gone}, api)
     if not commands:
         host.noop("node labels and taints already set")
         return

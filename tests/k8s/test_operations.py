@@ -128,7 +128,8 @@ def _join(example: Cluster, node_name: str, replies: dict[str, Any], worker_ok: 
     control = FakeHost({}, name="cp-01", replies=replies)
     worker = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.12"]}}, name=node_name,
                       replies={"umask 077": (worker_ok, [], [] if worker_ok else [f"bad token {TOKEN}", "failed"])})
-    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: control if name == "cp-01" else None))
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name, default: control if name == "cp-01"
+                                                      else default))
     (command,) = raw_commands(ops.join, worker, cluster=example, node=example.node(node_name), control_plane="cp-01")
     result = command.function(state, worker, *command.args, **command.kwargs)
     return result, control, worker, command
@@ -157,7 +158,7 @@ def test_control_plane_join_adds_the_certificate_key(example: Cluster) -> None:
                "kubeadm init phase upload-certs": (True, ["[upload-certs] Using certificate key:", CERT_KEY], [])}
     control = FakeHost({}, name="cp-01", replies=replies)
     worker = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.13"]}}, name="cp-02")
-    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name: control))
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name, default: control))
     (command,) = raw_commands(ops.join, worker, cluster=cluster, node=cluster.node("cp-02"), control_plane="cp-01")
     assert command.function(state, worker, *command.args, **command.kwargs) is True
     config = json.loads(worker.ran[0][1])
@@ -286,3 +287,18 @@ def test_node_labels_reads_the_api_again_at_execution() -> None:
     assert run_op(ops.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
     assert run_op(ops.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
     assert host.probes == 2
+
+
+def test_node_labels_waits_only_for_nodes_that_can_still_join() -> None:
+    raw = api(nodes={"g1": {"labels": {}, "taints": []}})
+    wanted = {"g1": ({"zone": "a"}, ()), "g2": ({"zone": "b"}, ()), "g3": ({"zone": "c"}, ()),
+              "g4": ({"zone": "d"}, ())}
+    hosts = {name: FakeHost({}, name=name) for name in ("g1", "g2", "g3")}
+    host = FakeHost(raw, executing=True, name="cp-01")
+    host.state.inventory = SimpleNamespace(get_host=lambda name, default: hosts.get(name, default))
+    host.state.activated_hosts = {hosts["g1"], hosts["g2"], hosts["g3"]}
+    host.state.failed_hosts = {hosts["g3"]}  # failed earlier in the run; g4 is not in the run at all
+    commands = run_op(ops.node_labels, host, wanted=wanted)
+    assert [c.split(" node ")[1].split()[0] for c in commands] == ["g1", "g2", "g2"]
+    assert "seq 60" in commands[1]
+    assert [n.split()[1] for n in host.noops] == ["g3", "g4"]
