@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 REQUIRED_TOOLS = ("mmdebstrap", "systemd-nspawn", "apt-cacher-ng", "ip", "nsenter", "mount", "ssh-keygen")
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
             "HOME": "/root", "TERM": "dumb"}
-SSH_WAIT_S = 90.0
+SSH_WAIT_S = 180.0
 NODE_STOP_S = 20.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 
@@ -57,17 +58,39 @@ def test_node_killed_mid_run_is_reported_and_others_finish(rig, rig_nodes, pyinf
             time.sleep(0.2)
         rig.kill_node(victim.name)
         assert leader_pid(rig.layout(victim.name)) is None
-        output, _ = run.communicate(timeout=120)
+        output = _output_until_disconnect(run)
     finally:
         if run.poll() is None:
             run.kill()
+            run.wait()
         reset_node(victim.name)
-    assert run.returncode != 0, output
     victim_lines = [line for line in output.splitlines() if f"[{victim.ssh_address}]" in line]
     assert any("Error" in line for line in victim_lines), output
     survivor_lines = [line for line in output.splitlines() if f"[{survivor.ssh_address}]" in line]
     assert survivor_lines[-1].endswith("Success"), output
+    assert re.search(r"Mark done\s+2\s+1\s+1\s", output), output
     assert ssh(survivor, "cat /root/after-slow-step").stdout == "done\n"
+
+
+def _output_until_disconnect(run: subprocess.Popen[str], timeout: float = 120) -> str:
+    """pyinfra's output up to its results and "Disconnecting"; then the process gets a few seconds to exit.
+
+    After a host died mid-run, pyinfra 3.10 sometimes lingers about a minute at interpreter exit (its paramiko and
+    gevent teardown; every socket is already closed on the rig side), so the test does not wait for that.
+    """
+    assert run.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    for line in run.stdout:
+        lines.append(line)
+        if "--> Disconnecting from hosts" in line or time.monotonic() > deadline:
+            break
+    try:
+        run.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.wait()
+    return "".join(lines)
 
 
 def test_wrong_ssh_key_is_a_clear_error(rig_nodes, pyinfra, ssh, tmp_path):
