@@ -83,7 +83,7 @@ def _toml_has(text: str | None, found: Any) -> bool:
         return False
     try:
         doc = tomlkit.parse(text).unwrap()
-    except Exception:  # noqa: BLE001 - a broken file simply lacks the setting; containerd itself reports why
+    except Exception:  # a broken file simply lacks the setting; containerd itself reports why
         return False
     stack: list[Any] = [doc]
     while stack:
@@ -166,14 +166,17 @@ def toolkit_stage() -> None:
     packages.wants(name="Container toolkit packages (pinned, held)", wants=package_wants(node))
     files.wants(name="udev rule for /dev/char links", wants=file_wants(node))
     # The driver must be usable for the next steps; a node waiting for its reboot gets them after it.
-    ready = {"_if": lambda: driver.reboot_reason(node, current_state(target, req.merge(driver.request(node, cluster))))
-             is None}
+    driver_req = req.merge(driver.request(node, cluster))
+
+    def ready() -> bool:
+        return driver.reboot_reason(node, current_state(target, driver_req)) is None
+
     commands.guarded(name=f"Register the nvidia runtime with {node.container_runtime.kind}",
                      command=configure_command(node), needed=lambda s: runtime_missing(node, s), request=req,
                      noop="nvidia runtime already registered")
     if node.toolkit.cdi:
         commands.guarded(name="Generate the CDI spec", command=f"nvidia-ctk cdi generate --output={CDI_SPEC}",
-                         needed=cdi_outdated, request=req, noop="CDI spec current", **ready)
+                         needed=cdi_outdated, request=req, noop="CDI spec current", _if=ready)
     commands.guarded(name="Create /dev/char links for NVIDIA devices",
                      command="nvidia-ctk system create-dev-char-symlinks --create-all", needed=dev_char_missing,
-                     request=req, noop="/dev/char links present", **ready)
+                     request=req, noop="/dev/char links present", _if=ready)

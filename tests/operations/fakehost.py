@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from pyinfra.api import FileUploadCommand, StringCommand
+from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
 
@@ -32,13 +32,15 @@ class FakeHost:
 
 
 def render(command: Any) -> Any:
-    """A yielded command as test data: a string, or ``["upload", text, dest]``."""
+    """A yielded command as test data: a string, ``["upload", text, dest]`` or ``["function", name]``."""
     if isinstance(command, str):
         return command.strip()
     if isinstance(command, StringCommand):
         return command.get_raw_value()
     if isinstance(command, FileUploadCommand):
         return ["upload", command.src.getvalue(), command.dest]
+    if isinstance(command, FunctionCommand):
+        return ["function", command.function.__name__]
     raise TypeError(command)
 
 
