@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import tomlkit
 from conftest import H200X2_HOST
 
 from gpu_provision.rig import debs
@@ -208,22 +209,49 @@ def test_docker_configure_merges_daemon_json(tree: dict[str, object]) -> None:
 
 def test_containerd_configure_writes_dropin_and_import(tree: dict[str, object]) -> None:
     etc = tree["tmp"] / "containerd"  # type: ignore[operator]
-    etc.mkdir()
+    (etc / "conf.d").mkdir(parents=True)
     config = etc / "config.toml"
-    original = ('version = 2\n\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-                "  SystemdCgroup = true\n\n[debug]\n  level = \"info\"\n")
+    original = (
+        "disabled_plugins = []\nimports = []\nversion = 2\n\n"
+        '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.10"\n\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "  # kubelet uses the systemd cgroup driver\n  SystemdCgroup = true\n\n"
+        '[debug]\n  level = "info"\n'
+    )
     config.write_text(original)
+    (etc / "conf.d" / "10-mirror.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n')
     run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}")
     text = config.read_text()
-    assert text == original.replace("version = 2\n", f'version = 2\nimports = ["{etc}/conf.d/*.toml"]\n', 1)
+    assert text == original.replace("imports = []", f'imports = ["{etc}/conf.d/*.toml"]')
     dropin = (etc / "conf.d" / "99-nvidia.toml").read_text()
-    assert '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]' in dropin
-    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dropin
-    assert "SystemdCgroup = true" in dropin
-    assert "default_runtime_name" not in dropin
+    cri = '[plugins."io.containerd.grpc.v1.cri"'
+    # containerd 1.x replaces a plugin section wholesale with an imported one: the CRI settings must all be there.
+    for expected in (f'{cri}]\n  sandbox_image = "registry.k8s.io/pause:3.10"',
+                     f'{cri}.registry]\n  config_path = "/etc/containerd/certs.d"',
+                     f"{cri}.containerd.runtimes.runc.options]\n  SystemdCgroup = true",
+                     f'{cri}.containerd.runtimes.nvidia]\n  privileged_without_host_devices = false',
+                     f'{cri}.containerd.runtimes.nvidia.options]\n  SystemdCgroup = true\n'
+                     '  BinaryName = "/usr/bin/nvidia-container-runtime"'):
+        assert expected in dropin, expected
+    assert "default_runtime_name" not in dropin and "[debug]" not in dropin
+    assert tomlkit.loads(dropin).unwrap()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"][
+        "runtime_type"] == "io.containerd.runc.v2"
     run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}", "--set-as-default")
     assert config.read_text() == text, "the import is added once"
-    assert 'default_runtime_name = "nvidia"' in (etc / "conf.d" / "99-nvidia.toml").read_text()
+    second = (etc / "conf.d" / "99-nvidia.toml").read_text()
+    assert tomlkit.loads(second).unwrap()["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "nvidia"
+    run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}", "--set-as-default")
+    assert (etc / "conf.d" / "99-nvidia.toml").read_text() == second, "a second run changes nothing"
+
+
+def test_containerd_configure_without_a_config(tree: dict[str, object]) -> None:
+    config = tree["tmp"] / "fresh" / "config.toml"  # type: ignore[operator]
+    config.parent.mkdir()
+    run(tree, "nvidia-ctk", "runtime", "configure", "--runtime=containerd", f"--config={config}")
+    assert config.read_text() == f'version = 2\nimports = ["{config.parent}/conf.d/*.toml"]\n'
+    assert "runtimes.nvidia.options]" in (config.parent / "conf.d" / "99-nvidia.toml").read_text()
 
 
 def test_cdi_generate_and_list(tree: dict[str, object]) -> None:

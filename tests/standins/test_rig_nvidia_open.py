@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import tomlkit
 
 from gpu_provision.rig.config import RigNode
 from gpu_provision.rig.lifecycle import Rig, missing_requirements
@@ -121,3 +122,26 @@ def test_reboot_reloads_the_module_and_drops_hopper_mig_state(node: tuple[Rig, R
     assert query.stdout == "Disabled, Disabled, Enabled\n", query.stdout + query.stderr
     assert ssh(rig, n, "nvidia-smi mig -lgi").stdout == "No MIG-enabled devices found.\n"
     assert ssh(rig, n, "systemctl is-active nvidia-sim-load.service").stdout.strip() == "active"
+
+
+def test_containerd_reads_the_dropin_and_keeps_its_own_cri_settings(node: tuple[Rig, RigNode]) -> None:
+    """Real containerd (Debian's, pulled in by docker.io above) loads the drop-in nvidia-ctk wrote."""
+    rig, n = node
+    config = (
+        "version = 2\\n\\n"
+        '[plugins."io.containerd.grpc.v1.cri"]\\n  sandbox_image = "registry.k8s.io/pause:3.10"\\n\\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\\n  runtime_type = "io.containerd.runc.v2"\\n\\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\\n  SystemdCgroup = true\\n'
+    )
+    done = ssh(rig, n, f"printf '{config}' > /etc/containerd/config.toml && "
+                       "nvidia-ctk runtime configure --runtime=containerd --set-as-default && "
+                       "systemctl restart containerd && containerd config dump")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    dump = tomlkit.loads(done.stdout).unwrap()
+    cri = dump["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.10"
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    nvidia = cri["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime"
+    assert nvidia["options"]["SystemdCgroup"] is True
