@@ -324,3 +324,19 @@ def test_dcgmi_lists_gpus_only_with_hostengine(tree: dict[str, object]) -> None:
     load(tree)
     proc = run(tree, "dcgmi", "discovery", "-l", check=False)
     assert proc.returncode == 255 and "Unable to connect to host engine" in proc.stdout
+
+
+def test_node_side_programs_are_python_3_9(built: list[debs.BuiltDeb], tmp_path: Path) -> None:
+    """Everything that runs on a node parses with the grammar of the oldest supported node Python."""
+    import ast
+
+    checked = 0
+    for deb in built:
+        root = tmp_path / deb.path.stem
+        subprocess.run(["dpkg-deb", "-x", str(deb.path), str(root)], check=True)
+        for path in (p for p in root.rglob("*") if p.is_file()):
+            head = path.read_bytes()[:64]
+            if path.suffix == ".py" or (head.startswith(b"#!") and b"python3" in head.split(b"\n")[0]):
+                ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
+                checked += 1
+    assert checked >= 10
