@@ -105,12 +105,19 @@ def apt_files(name: str, repo: Repository, values: Mapping[str, str], pins: Sequ
 
 
 def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str | None) -> FileWant:
-    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``)."""
+    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``).
+
+    A repository described apt-style with components (Docker's) is laid out for dnf as
+    ``URL/$releasever/$basearch/COMPONENT``, as Docker's own ``docker-ce.repo`` does.
+    """
+    baseurl = fill(repo.url, values)
+    if repo.components:
+        baseurl = f"{baseurl.rstrip('/')}/$releasever/$basearch/{repo.components[0]}"
     lines = [
         "# Managed by gpu-provision",
         f"[{name}]",
         f"name={name}",
-        f"baseurl={fill(repo.url, values)}",
+        f"baseurl={baseurl}",
         "enabled=1",
         "gpgcheck=1",
         f"gpgkey={fill(repo.key_url, values)}",
