@@ -271,12 +271,13 @@ class Rig:
             self.wait_ssh([name])
 
     def remove(self, names: list[str]) -> None:
-        """Stop the named nodes, drop what they changed and forget them; the rest of the rig keeps running."""
+        """Stop the named nodes and forget them (host keys included); the rest of the rig keeps running."""
         with self._locked():
             state = self._read_state()
             for name in names:
                 stop_daemon(self._forward_pidfile(name))
                 self._stop_node(name, fresh=True)
+                shutil.rmtree(self.layout(name).dir, ignore_errors=True)
                 state.pop(name, None)
             self._write_state(state)
             self._write_known_hosts()
