@@ -34,7 +34,7 @@ TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 #: The rig's nodes cannot download flannel's manifest; the stand-in one has the same namespace and DaemonSet.
 CNI = REPO / "gpu_provision/rig/standins/kubernetes/common/cni-flannel-standin.json"
 
-DEPLOY = "from gpu_provision.stages.kubernetes import kubernetes\n\nkubernetes()\n"
+DEPLOY = REPO / "deploys" / "cluster.py"
 
 
 def cluster_file(tmp_path: Path, rig) -> Path:
@@ -90,8 +90,7 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     # A mirror served since before the stand-ins changed is brought up to date in place (cheap when current).
     build_mirror(rig.paths.mirror)
     cluster = cluster_file(tmp_path, rig)
-    deploy = tmp_path / "deploy.py"
-    deploy.write_text(DEPLOY)
+    deploy = DEPLOY
 
     first = run_pyinfra(cluster, deploy, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
