@@ -157,6 +157,9 @@ def _api_differences(cluster: Cluster, api: dict) -> list[Difference]:
     out: list[Difference] = []
     nodes = api.get("nodes", {})
     want_version = f"v{cluster.kubernetes.version}"
+    if api.get("cluster_version") != want_version:
+        out.append(Difference("k8s-version", "control plane", want_version, api.get("cluster_version") or "unknown",
+                              NAME))
     for node in cluster.nodes:
         current = nodes.get(node.name)
         if current is None:

@@ -20,6 +20,10 @@ if "nodes" in args:
     items = [{"metadata": {"name": "gpu-1", "labels": {"zone": "a"}},
               "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]},
               "status": {"nodeInfo": {"kubeletVersion": "v1.31.4"}}}]
+elif "configmaps" in args:
+    assert args[args.index("--field-selector") + 1] == "metadata.name=kubeadm-config"
+    items = [{"metadata": {"name": "kubeadm-config"},
+              "data": {"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\\nkubernetesVersion: v1.31.4\\n"}}]
 elif "daemonsets.apps" in args:
     items = [{"metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"}}]
 elif "-l" in args:
@@ -61,6 +65,7 @@ def test_collect_reads_nodes_objects_and_daemonsets(monkeypatch, tmp_path) -> No
                             "kubelet_version": "v1.31.4"}},
         "objects": {"ResourceQuota/vision/gpu-quota": "abc", "Namespace//vision": None},
         "daemonsets": ["kube-flannel/kube-flannel-ds"],
+        "cluster_version": "v1.31.4",
     }
     assert set(answer["module_features"]) == {"overlay", "br_netfilter"}
     assert isinstance(answer["addresses"], list)

@@ -35,7 +35,7 @@ def converged_state(cluster: Cluster, node_name: str) -> dict[str, Any]:
                               "taints": nodes.taint_objects(n.taints)} for n in cluster.nodes},
            "objects": {"/".join(key(o)): content_hash(o) for objs in bundle.manifests(cluster).values()
                        for o in objs},
-           "daemonsets": ["kube-flannel/kube-flannel-ds"]}
+           "daemonsets": ["kube-flannel/kube-flannel-ds"], "cluster_version": f"v{cluster.kubernetes.version}"}
     return {"system": SYSTEM, "files": files, "packages": {"manager": "apt", "packages": packages},
             "services": {"kubelet": {"loaded": True, "enabled": "enabled", "active": "active"}},
             "kubernetes": {"addresses": ["10.77.0.11"], "admin_conf": stage.is_first(node, cluster),
@@ -102,6 +102,7 @@ def test_drift_seen_from_the_api(example: Cluster) -> None:
     raw = converged_state(example, "cp-01")
     api = raw["kubernetes"]["api"]
     api["nodes"]["h200-01"]["kubelet_version"] = "v1.30.2"
+    api["cluster_version"] = "v1.30.2"
     del api["nodes"]["h200-01"]["labels"]["gpu-provision/mig-layout"]
     api["nodes"]["vgpu-01"]["taints"] = []
     del api["nodes"]["l40s-01"]
@@ -109,6 +110,7 @@ def test_drift_seen_from_the_api(example: Cluster) -> None:
     api["objects"]["ResourceQuota/vision/gpu-quota"] = "0" * 64
     del api["objects"]["LimitRange/nlp/default-limits"]
     assert all_differences(example, "cp-01", raw) == [
+        "k8s-version control plane: expected v1.31.4, found v1.30.2",
         "kubelet-version h200-01: expected v1.31.4, found v1.30.2",
         "k8s-label h200-01 gpu-provision/mig-layout: expected g0-6.2x1g.18gb.1x2g.35gb.1x3g.71gb_g7.off, "
         "found absent",

@@ -1,7 +1,8 @@
 """The kubernetes stage over real SSH and pyinfra on rig nodes, against the stand-in Kubernetes packages.
 
-Two Debian 12 nodes: a control plane and a worker with two simulated H200s. The stage installs kubelet, kubeadm
-and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init`` and a token join,
+Three Debian 12 nodes: two control planes and a worker with two simulated H200s. The stage installs kubelet,
+kubeadm and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init``, a token
+join and a control-plane join with a certificate key,
 applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
 second run changes nothing. What the stand-ins cannot prove is listed in
 ``gpu_provision/rig/standins/kubernetes/common/standin_api.py``.
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 CP = RigNode("k8s-cp", "127.0.10.21")
 GPU = RigNode("k8s-gpu", "127.0.10.22", gpu_model="H200", gpu_count=2)
-RIG_NODES = [CP, GPU]
+CP2 = RigNode("k8s-cp2", "127.0.10.23")
+RIG_NODES = [CP, GPU, CP2]
 REPO = Path(__file__).resolve().parents[2]
 MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
 KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
@@ -56,6 +58,7 @@ cluster:
     registry: registry.rig.invalid:5000
 nodes:
   - {{name: {CP.name}, address: {CP.ssh_address}, role: control-plane}}
+  - {{name: {CP2.name}, address: {CP2.ssh_address}, role: control-plane}}
   - name: {GPU.name}
     address: {GPU.ssh_address}
     gpus: {{model: H200, count: 2}}
@@ -115,7 +118,12 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
 
     nodes = json.loads(ssh(CP, f"{KUBECTL} get nodes -o json").stdout)["items"]
     by_name = {n["metadata"]["name"]: n for n in nodes}
-    assert set(by_name) == {CP.name, GPU.name}
+    assert set(by_name) == {CP.name, GPU.name, CP2.name}
+    assert "node-role.kubernetes.io/control-plane" in by_name[CP2.name]["metadata"]["labels"]
+    joined_cp = ssh(CP2, "ls /etc/kubernetes/admin.conf /etc/kubernetes/kubelet.conf /etc/kubernetes/manifests; "
+                         "grep -o 'advertise-address.endpoint: [0-9.]*' /etc/kubernetes/manifests/kube-apiserver.yaml")
+    assert joined_cp.returncode == 0, joined_cp.stderr
+    assert f"advertise-address.endpoint: {CP2.bridge_address}" in joined_cp.stdout
     gpu_labels = by_name[GPU.name]["metadata"]["labels"]
     assert gpu_labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert gpu_labels["nvidia.com/device-plugin.config"] == "time-slicing-2"

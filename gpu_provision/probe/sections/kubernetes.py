@@ -4,11 +4,13 @@ Without arguments (the probe passes none): the node's own IPv4 addresses (kubead
 the features of ``overlay`` and ``br_netfilter`` are present (an overlay filesystem, the bridge netfilter sysctls),
 kubeadm made it a control plane (``/etc/kubernetes/admin.conf``) or joined it (``/etc/kubernetes/kubelet.conf``),
 and on control planes the cluster's nodes (labels, taints, kubelet version), every object labelled as managed by
-gpu-provision (with its content-hash annotation) and every DaemonSet (the CNI check). Three ``kubectl get`` calls.
+gpu-provision (with its content-hash annotation), every DaemonSet (the CNI check) and the control plane's version
+from kubeadm's ClusterConfiguration. Four ``kubectl get`` calls.
 """
 
 import json
 import os
+import re
 import subprocess
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
@@ -78,7 +80,17 @@ def _api():
         objects[_kind_key(item)] = annotations.get(HASH_ANNOTATION)
     daemonsets = sorted("%s/%s" % (d["metadata"].get("namespace", ""), d["metadata"]["name"])
                         for d in _kubectl(["get", "daemonsets.apps", "--all-namespaces"]))
-    return {"nodes": nodes, "objects": objects, "daemonsets": daemonsets}
+    return {"nodes": nodes, "objects": objects, "daemonsets": daemonsets, "cluster_version": _cluster_version()}
+
+
+def _cluster_version():
+    # kubeadm keeps the control plane's version in its ClusterConfiguration (YAML, or JSON: both match).
+    for item in _kubectl(["get", "configmaps", "--namespace", "kube-system", "--field-selector",
+                          "metadata.name=kubeadm-config"]):
+        match = re.search(r"kubernetesVersion\"?:\s*\"?(v[0-9.]+)", item.get("data", {}).get("ClusterConfiguration", ""))
+        if match:
+            return match.group(1)
+    return None
 
 
 def collect(request):

@@ -15,7 +15,7 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   node where ``kubeadm init`` ran it also serves the stand-in API on port 6443, storing every object in
   /var/lib/gpu-provision-standin/apiserver/objects.json.
 - ``kubectl apply -f`` (JSON manifests: a ``List``, one object, or a file/URL of either), ``get`` (kinds, names,
-  ``-n``/``-A``, ``-l``, ``-o json|name``), ``label node`` and ``taint node`` (with ``--overwrite``), ``version``.
+  ``-n``/``-A``, ``-l``, ``--field-selector`` on name/namespace, ``-o json|name``), ``label node`` and ``taint node`` (with ``--overwrite``), ``version``.
 
 What they cannot prove: no TLS or authentication (the API is plain HTTP on the rig's private bridge), no
 scheduling, no pods, controllers or static pods actually running (DaemonSets never start, so the device plugin,
