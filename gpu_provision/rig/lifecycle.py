@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import logging
 import os
@@ -176,23 +175,21 @@ class Rig:
         return self.status()
 
     def _serve_mirror(self) -> None:
-        """Build the package mirror (if the mirror builder exists) and serve it read-only on the bridge."""
+        """Build the package mirror and serve it read-only on the bridge.
+
+        The build runs at every ``up``: it is incremental (an unchanged stand-in costs a hash), and a changed one must
+        reach nodes that install from the mirror while it is already being served.
+        """
+        from gpu_provision.rig import mirror
+
+        self.paths.mirror.mkdir(parents=True, exist_ok=True)
+        info = mirror.build_mirror(self.paths.mirror)
+        key_link = self.paths.state / "mirror-key.asc"
+        key_link.unlink(missing_ok=True)
+        key_link.symlink_to(Path(info.key_path).resolve())
         if read_pid(self._mirror_pidfile) is not None:
             return
-        root = self.paths.mirror
-        root.mkdir(parents=True, exist_ok=True)
-        try:
-            mirror = importlib.import_module("gpu_provision.rig.mirror")
-        except ModuleNotFoundError as exc:
-            if exc.name != "gpu_provision.rig.mirror":
-                raise
-            log.info("no package mirror builder (gpu_provision.rig.mirror) yet: serving %s as it is", root)
-        else:
-            info = mirror.build_mirror(root)
-            root = Path(info.root)
-            (self.paths.state / "mirror-key.asc").unlink(missing_ok=True)
-            (self.paths.state / "mirror-key.asc").symlink_to(Path(info.key_path).resolve())
-        start_daemon([sys.executable, "-m", "gpu_provision.rig.httpserve", str(root), "--bind", BRIDGE_ADDRESS,
+        start_daemon([sys.executable, "-m", "gpu_provision.rig.httpserve", str(info.root), "--bind", BRIDGE_ADDRESS,
                       "--port", str(MIRROR_PORT)], self._mirror_pidfile, self.paths.logs / "mirror-http.log",
                      env=self._python_env())
 
