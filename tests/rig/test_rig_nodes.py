@@ -104,3 +104,20 @@ def test_cli_inventory_and_status(rig_nodes, capsys):
     assert "apt_proxy: True" in out and "bridge: True" in out and "blackhole_route: True" in out
     for n in rig_nodes:
         assert f"{n.name} " in out and f" {n.ssh_address} " in out
+
+
+MIRROR_PROBE = """\
+import urllib.error, urllib.request
+base = "http://10.77.0.1:8080/"
+print(urllib.request.urlopen(base, timeout=10).status)
+try:
+    urllib.request.urlopen(urllib.request.Request(base + "x", data=b"x", method="PUT"), timeout=10)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+"""
+
+
+def test_mirror_is_served_read_only_on_the_bridge(rig_nodes, ssh):
+    result = ssh(rig_nodes[0], f"python3 - <<'EOF'\n{MIRROR_PROBE}EOF")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["200", "501"]
