@@ -174,7 +174,9 @@ def apt_repository(repo_id: str, repo: Repository, pins: Sequence[Pin] = (), pro
     wanted = repository_files(repo_id, repo, state, pins, proxy, k8s_minor)
     changed = content_changes(wanted, state)
     commands: list[Any] = []
-    if state.package_manager != "dnf" and (changed or not state.file(keyring_path(repo_id)).exists):
+    # The key goes with the source: fetched again when the source (its URL, its key URL) changes, not for a pin.
+    source_changed = f"/etc/apt/sources.list.d/{repo_id}.sources" in changed
+    if state.package_manager != "dnf" and (source_changed or not state.file(keyring_path(repo_id)).exists):
         commands.append(key_command(repo_id, repo, placeholders(state.system, k8s_minor)))
         changed.add(keyring_path(repo_id))
     for want in wanted:
