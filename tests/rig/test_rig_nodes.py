@@ -82,6 +82,7 @@ def test_reset_makes_node_fresh_and_keeps_its_host_key(rig, rig_nodes, ssh, rese
 
 def test_node_reboot_from_inside_comes_back(rig, rig_nodes, ssh):
     node = rig_nodes[1]
+    ssh(node, "systemctl is-system-running --wait")
     before = leader_pid(rig.layout(node.name))
     ssh(node, "systemctl reboot")
     deadline = time.monotonic() + 60
