@@ -1,12 +1,12 @@
 """Benchmark nodes on the test rig: ``bench1`` .. ``bench6`` on 127.0.10.101 .. 106, added to whatever the rig
-already runs (other nodes are left alone), brought to the workload once."""
+already runs (other nodes are left alone), brought to the workload, and powered off afterwards."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpu_provision.rig.config import RigNode
+from gpu_provision.rig.config import RigError, RigNode
 from gpu_provision.rig.lifecycle import Rig
 
 FIRST_INDEX = 101
@@ -41,3 +41,13 @@ def base_root() -> Path:
     from gpu_provision.rig.base import ensure_base
 
     return Path(ensure_base(Rig().paths.cache))
+
+
+def power_off(nodes: list[RigNode]) -> None:
+    """Power the benchmark nodes off (the next run boots them fresh); nodes already down are skipped."""
+    rig = Rig()
+    for node in nodes:
+        try:
+            rig.kill_node(node.name)
+        except RigError:
+            continue

@@ -51,6 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tools", default=",".join(TOOLS), help="tools to run (default: ours,pyinfra,ansible)")
     p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="scratch directory (default: %(default)s)")
     p.add_argument("--max-seconds", type=int, default=1800, help="the loopback fleet stops itself after this")
+    p.add_argument("--keep-rig-nodes", action="store_true",
+                   help="leave the benchmark's rig nodes running (a re-run then skips booting and converging)")
     args = p.parse_args(argv)
     args.tools = [t for t in args.tools.split(",") if t]
     unknown = set(args.tools) - set(TOOLS)
@@ -111,10 +113,19 @@ class Bench:
 
     def rig(self, workload: Workload, growth: Workload | None, converge: str) -> None:
         """The rig part: systemd nodes behind the rig's loopback forwarders."""
-        from bench.rignodes import ensure
+        from bench.rignodes import ensure, power_off
 
         sizes = self.args.rig_sizes
         nodes, key, known_hosts = ensure(max(sizes), converge)
+        try:
+            self._rig_runs(nodes, key, known_hosts, workload, growth)
+        finally:
+            if not self.args.keep_rig_nodes:
+                power_off(nodes)
+
+    def _rig_runs(self, nodes: list[Any], key: Path, known_hosts: Path, workload: Workload,
+                  growth: Workload | None) -> None:
+        sizes = self.args.rig_sizes
         for size in sizes:
             hosts = [(n.name, n.ssh_address) for n in nodes[:size]]
             self.measure("rig", hosts, workload, key, known_hosts)
