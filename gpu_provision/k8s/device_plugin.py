@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from gpu_provision.k8s.images import with_registry
-from gpu_provision.k8s.nodes import CONFIG_LABEL, PRESENT_LABEL, plugin_config_name
+from gpu_provision.k8s.nodes import CONFIG_LABEL, MPS_LABEL, PRESENT_LABEL, plugin_config_name
 from gpu_provision.k8s.objects import Obj, meta
 from gpu_provision.k8s.runtime import gpu_nodes, runtime_class_name, uses_cdi
 from gpu_provision.plan import device_plugin_config
@@ -74,7 +74,13 @@ def _env(pairs: dict[str, str]) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in pairs.items()]
 
 
-def _config_manager(cluster: Cluster, image: str, oneshot: bool) -> dict[str, Any]:
+def uses_mps(cluster: Cluster) -> bool:
+    """Whether any GPU node shares its GPUs through MPS (which needs NVIDIA's MPS control daemon)."""
+    return any(n.sharing.strategy == "mps" for n in gpu_nodes(cluster))
+
+
+def _config_manager(cluster: Cluster, image: str, oneshot: bool, signal_process: str = "nvidia-device-plugin",
+                    name_prefix: str = "nvidia-device-plugin") -> dict[str, Any]:
     env = _env({"ONESHOT": str(oneshot).lower(), "KUBECONFIG": ""})
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     env += _env({
@@ -86,10 +92,10 @@ def _config_manager(cluster: Cluster, image: str, oneshot: bool) -> dict[str, An
         "SEND_SIGNAL": "false" if oneshot else "true",
         # SIGHUP makes the plugin reload its config.
         "SIGNAL": "" if oneshot else "1",
-        "PROCESS_TO_SIGNAL": "" if oneshot else "nvidia-device-plugin",
+        "PROCESS_TO_SIGNAL": "" if oneshot else signal_process,
     })
     return {
-        "name": "nvidia-device-plugin-init" if oneshot else "nvidia-device-plugin-sidecar",
+        "name": f"{name_prefix}-init" if oneshot else f"{name_prefix}-sidecar",
         "image": image,
         "command": ["config-manager"],
         "env": env,
@@ -158,6 +164,65 @@ def daemonset(cluster: Cluster) -> Obj:
     }
 
 
+def mps_control_daemon(cluster: Cluster) -> Obj:
+    """NVIDIA's MPS control daemon, on nodes labelled ``nvidia.com/mps.capable=true`` (see
+    :mod:`gpu_provision.k8s.nodes`).
+
+    The one privileged pod this project runs, as NVIDIA's chart documents it
+    (``daemonset-mps-control-daemon.yml``): ``mount-shm`` mounts the MPS ``/dev/shm`` with bidirectional
+    propagation and the daemon starts ``nvidia-cuda-mps-control`` for the node's GPUs; both need ``privileged``.
+    The config-manager containers stay unprivileged.
+    """
+    image = with_registry(cluster.kubernetes.device_plugin_image, cluster.mirrors.registry)
+    name = f"{NAME}-mps-control-daemon"
+    env: list[dict[str, Any]] = [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    env += _env({"CONFIG_FILE": "/config/config.yaml", "NVIDIA_VISIBLE_DEVICES": "all",
+                 "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})
+    if uses_mig(cluster):
+        env += _env({"NVIDIA_MIG_MONITOR_DEVICES": "all"})
+    configs = [{"name": "available-configs", "mountPath": "/available-configs"},
+               {"name": "config", "mountPath": "/config"}]
+    pod: dict[str, Any] = {
+        "serviceAccountName": NAME,
+        "priorityClassName": "system-node-critical",
+        "shareProcessNamespace": True,
+        "nodeSelector": {MPS_LABEL: "true"},
+        "tolerations": [GPU_TOLERATION],
+        "initContainers": [
+            {"name": "mps-control-daemon-mounts", "image": image, "command": ["mps-control-daemon", "mount-shm"],
+             "securityContext": {"privileged": True},
+             "volumeMounts": [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}]},
+            _config_manager(cluster, image, oneshot=True, name_prefix="mps-control-daemon"),
+        ],
+        "containers": [
+            _config_manager(cluster, image, oneshot=False, signal_process="/usr/bin/mps-control-daemon",
+                            name_prefix="mps-control-daemon"),
+            {"name": "mps-control-daemon-ctr", "image": image, "command": ["mps-control-daemon"], "env": env,
+             "securityContext": {"privileged": True},
+             "volumeMounts": [{"name": "mps-shm", "mountPath": "/dev/shm"}, {"name": "mps-root", "mountPath": "/mps"},
+                              *configs]},
+        ],
+        "volumes": [
+            {"name": "mps-root", "hostPath": {"path": MPS_ROOT, "type": "DirectoryOrCreate"}},
+            {"name": "mps-shm", "hostPath": {"path": f"{MPS_ROOT}/shm"}},
+            {"name": "available-configs", "configMap": {"name": CONFIGMAP}},
+            {"name": "config", "emptyDir": {}},
+        ],
+    }
+    runtime = runtime_class_name(cluster)
+    if runtime:
+        pod["runtimeClassName"] = runtime
+    selector = {"app.kubernetes.io/name": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": meta(name, NAMESPACE, selector),
+        "spec": {"selector": {"matchLabels": selector}, "updateStrategy": {"type": "RollingUpdate"},
+                 "template": {"metadata": {"labels": selector}, "spec": pod}},
+    }
+
+
 def manifests(cluster: Cluster) -> list[Obj]:
-    """Every object of the device plugin, in apply order."""
-    return [*rbac(), configmap(cluster), daemonset(cluster)]
+    """Every object of the device plugin, in apply order (the MPS control daemon only where MPS is used)."""
+    return [*rbac(), configmap(cluster), daemonset(cluster), *([mps_control_daemon(cluster)] if uses_mps(cluster)
+                                                               else [])]

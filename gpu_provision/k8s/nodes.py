@@ -16,6 +16,8 @@ PRESENT_LABEL = "nvidia.com/gpu.present"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
 MIG_LAYOUT_LABEL = "gpu-provision/mig-layout"
+#: Where NVIDIA's MPS control daemon runs (GPU feature discovery sets it; this project sets it from the file).
+MPS_LABEL = "nvidia.com/mps.capable"
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _TAINT = re.compile(r"^(?P<key>[^=:]+)(=(?P<value>[^:]*))?:(?P<effect>NoSchedule|PreferNoSchedule|NoExecute)$")
@@ -99,5 +101,7 @@ def labels(node: Node) -> dict[str, str]:
         layout = mig_layout_summary(node)
         if layout is not None:
             out[MIG_LAYOUT_LABEL] = layout
+        if node.sharing.strategy == "mps":
+            out[MPS_LABEL] = "true"
     out.update(node.labels)
     return out

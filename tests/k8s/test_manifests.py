@@ -68,6 +68,11 @@ def test_the_validator_rejects_a_wrong_manifest(example: Cluster) -> None:
         kubernetes_validate.validate(wrong_type, "1.31.0", strict=True)
 
 
+#: The only privileged containers: NVIDIA's MPS control daemon documents needing it (see device_plugin.py).
+PRIVILEGED = {("nvidia-device-plugin-mps-control-daemon", "mps-control-daemon-mounts"),
+              ("nvidia-device-plugin-mps-control-daemon", "mps-control-daemon-ctr")}
+
+
 def test_no_pod_is_privileged_and_only_documented_ones_add_capabilities(cluster: Cluster) -> None:
     seen = set()
     for name, pod in pod_specs(cluster):
@@ -75,6 +80,9 @@ def test_no_pod_is_privileged_and_only_documented_ones_add_capabilities(cluster:
         assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
         for container in containers(pod):
             context = container["securityContext"]
+            if (name, container["name"]) in PRIVILEGED:
+                assert context == {"privileged": True}
+                continue
             assert context.get("privileged") is not True, (name, container["name"])
             added = set(context.get("capabilities", {}).get("add", []))
             assert added <= {"SYS_ADMIN"}, (name, added)
@@ -84,7 +92,8 @@ def test_no_pod_is_privileged_and_only_documented_ones_add_capabilities(cluster:
                 assert name == monitoring.NAME or device_plugin.uses_mig(cluster), (name, container["name"])
             else:
                 assert context == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-    assert seen == {device_plugin.NAME, monitoring.NAME}
+    mps = {"nvidia-device-plugin-mps-control-daemon"} if device_plugin.uses_mps(cluster) else set()
+    assert seen == {device_plugin.NAME, monitoring.NAME} | mps
 
 
 def test_device_plugin_drops_every_capability_without_mig(variant: Cluster) -> None:
@@ -229,3 +238,14 @@ def test_cni_manifest_source(make_cluster, tmp_path) -> None:
         tmp_path / "cni" / "calico.yaml")
     assert manifest_source(make_cluster(base % ("calico", ", cni_manifest: 'http://m.internal/c.yaml'"))) == \
         "http://m.internal/c.yaml"
+
+
+def test_mps_control_daemon_only_where_mps_is_used(example: Cluster, variant: Cluster) -> None:
+    assert not device_plugin.uses_mps(example)
+    assert [o["metadata"]["name"] for o in device_plugin.manifests(example) if o["kind"] == "DaemonSet"] == [
+        "nvidia-device-plugin"]
+    daemon = device_plugin.mps_control_daemon(variant)
+    assert daemon in device_plugin.manifests(variant)
+    assert daemon["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/mps.capable": "true"}
+    assert labels(variant.node("gpu-1"))["nvidia.com/mps.capable"] == "true"
+    assert "nvidia.com/mps.capable" not in labels(example.node("l40s-01"))
