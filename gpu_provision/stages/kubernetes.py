@@ -25,7 +25,7 @@ from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, W
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.k8s import bundle, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
-from gpu_provision.k8s.objects import as_list, to_text
+from gpu_provision.k8s.objects import as_list, key, to_text
 from gpu_provision.operations import files, packages, repos, services
 from gpu_provision.operations import kubernetes as ops
 from gpu_provision.spec.model import Cluster, Node
@@ -178,11 +178,17 @@ def _api_differences(cluster: Cluster, api: dict) -> list[Difference]:
     if f"{cni.cni(cluster).namespace}/{cni.cni(cluster).daemonset}" not in api.get("daemonsets", []):
         out.append(Difference("cni", cluster.kubernetes.cni,
                               f"DaemonSet {cni.cni(cluster).namespace}/{cni.cni(cluster).daemonset}", "absent", NAME))
+    rendered = set()
     for manifest in manifests(cluster):
+        rendered |= {"/".join(key(o)) for o in manifest.objects}
         for ident in ops.stale_objects(manifest, api):
             present = ident in api.get("objects", {})
             out.append(Difference("k8s-object", ident, "as in the cluster file", "other content" if present
                                   else "absent", NAME))
+    # Objects this project made that the file no longer describes (a team removed) are reported, not deleted:
+    # deleting a namespace deletes the team's workloads, which only its owner may decide.
+    for ident in sorted(set(api.get("objects", {})) - rendered):
+        out.append(Difference("k8s-object", ident, "absent (not in the cluster file)", "present", NAME))
     return out
 
 
@@ -200,9 +206,9 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
         if not ops.module_present(state, module):
             out.append(Difference("kernel-module", module, "loaded", "not loaded", NAME))
     running = state.system.get("sysctls", {})
-    for key, value in SYSCTLS.items():
-        if running.get(key) != value:
-            out.append(Difference("sysctl", key, value, running.get(key), NAME))
+    for name, value in SYSCTLS.items():
+        if running.get(name) != value:
+            out.append(Difference("sysctl", name, value, running.get(name), NAME))
     section = state.section("kubernetes")
     if not joined(node, cluster, state):
         what = ops.ADMIN_CONF if is_first(node, cluster) else ops.KUBELET_CONF

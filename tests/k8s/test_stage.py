@@ -109,6 +109,7 @@ def test_drift_seen_from_the_api(example: Cluster) -> None:
     api["daemonsets"] = []
     api["objects"]["ResourceQuota/vision/gpu-quota"] = "0" * 64
     del api["objects"]["LimitRange/nlp/default-limits"]
+    api["objects"]["Namespace//old-team"] = "1" * 64
     assert all_differences(example, "cp-01", raw) == [
         "k8s-version control plane: expected v1.31.4, found v1.30.2",
         "kubelet-version h200-01: expected v1.31.4, found v1.30.2",
@@ -119,6 +120,7 @@ def test_drift_seen_from_the_api(example: Cluster) -> None:
         "cni flannel: expected DaemonSet kube-flannel/kube-flannel-ds, found absent",
         "k8s-object ResourceQuota/vision/gpu-quota: expected as in the cluster file, found other content",
         "k8s-object LimitRange/nlp/default-limits: expected as in the cluster file, found absent",
+        "k8s-object Namespace//old-team: expected absent (not in the cluster file), found present",
     ]
     raw["kubernetes"]["api"] = None
     raw["kubernetes"]["api_error"] = "kubectl get: connection refused"
