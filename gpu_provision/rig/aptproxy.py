@@ -2,7 +2,8 @@
 
 It runs with a configuration of its own (not the system's ``/etc/apt-cacher-ng``), listens only on the bridge
 address and, with ``ForceManaged``, fetches only from the Debian archive and security archive; any other URL a
-node asks for is refused. Its cache lives in the rig cache directory, so downloads are shared by all nodes and kept
+node asks for is refused (403, decided locally), and so is every HTTPS tunnel (``PassThroughPattern`` matches
+nothing). Its cache lives in the rig cache directory, so downloads are shared by all nodes and kept
 between rig runs.
 """
 
@@ -26,6 +27,7 @@ SocketPath: {socket}
 PidFile: {pidfile}
 ForeGround: 1
 ForceManaged: 1
+PassThroughPattern: ^$
 ExThreshold: 4
 Remap-debrep: deb.debian.org/debian ; http://deb.debian.org/debian
 Remap-secdeb: deb.debian.org/debian-security security.debian.org/debian-security ; http://deb.debian.org/debian-security

@@ -122,3 +122,19 @@ def test_mirror_is_served_read_only_on_the_bridge(rig_nodes, ssh):
     result = ssh(rig_nodes[0], f"python3 - <<'EOF'\n{MIRROR_PROBE}EOF")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["200", "501"]
+
+
+PROXY_PROBE = """\
+import socket
+for request in (b"CONNECT deb.debian.org:443 HTTP/1.1\\r\\nHost: deb.debian.org:443\\r\\n\\r\\n",
+                b"GET http://deb.debian.org/not-the-archive/x HTTP/1.1\\r\\nHost: deb.debian.org\\r\\n\\r\\n"):
+    with socket.create_connection(("10.77.0.1", 3142), timeout=10) as s:
+        s.sendall(request)
+        print(s.recv(64).split(b"\\r\\n")[0].decode())
+"""
+
+
+def test_apt_proxy_refuses_anything_but_the_debian_archive(rig_nodes, ssh):
+    result = ssh(rig_nodes[0], f"python3 - <<'EOF'\n{PROXY_PROBE}EOF")
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["403", "403"]
