@@ -109,3 +109,10 @@ def test_query_csv_noheader_nounits(sim_node: SimNode) -> None:
     bad = sim_node.run("--query-gpu=index,bogus.field", "--format=csv")
     assert bad.returncode == 2
     assert 'Field "bogus.field" is not a valid field to query.' in bad.stdout
+
+
+def test_model_without_hardware_entry_reports_its_pci_id_and_memory(sim_node: SimNode) -> None:
+    sim_node.configure([{"model": "L40S", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000001",
+                         "pci_bus_id": "00000000:00:06.0", "serial": "1"}])
+    out = sim_node.smi("--query-gpu=name,pci.device_id,memory.total", "--format=csv,noheader")
+    assert out.strip() == "NVIDIA L40S, 0x26B910DE, 49152 MiB"

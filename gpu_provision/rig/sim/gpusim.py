@@ -154,8 +154,12 @@ class Gpu:
         return int(self.model.get("mig", {}).get("compute_slices", 7))
 
     def hwv(self, key: str, default: Any = "N/A") -> Any:
-        """A per-GPU override from gpus.json, else the model's hardware default."""
-        return self.entry.get(key, self.hw.get(key, default))
+        """A per-GPU override from gpus.json, else the model's hardware default, else what the model file says."""
+        fallback = {
+            "pci_device_id": (self.model.get("pci_device_ids") or [default])[0],
+            "memory_total_mib": int(self.model.get("memory_gib", 0)) * 1024 or default,
+        }.get(key, default)
+        return self.entry.get(key, self.hw.get(key, fallback))
 
     def profile(self, ref: str) -> dict:
         """Resolve a GPU-instance profile by id, short name or ``MIG <name>`` (as -cgi accepts)."""
