@@ -36,13 +36,14 @@ class NodeState(FactBase):
         return json.loads("\n".join(output))
 
 
-_CACHE: dict[int, tuple[tuple[bool, int, str], NodeStateData]] = {}
-_GENERATION: dict[int, int] = {}
+# Per-host caches live on the host objects themselves: keys such as id(host) could be reused by a later host.
+_CACHE_ATTR = "_gpu_provision_state"
+_GENERATION_ATTR = "_gpu_provision_state_generation"
 
 
 def invalidate(host: Any) -> None:
     """Mark ``host``'s cached state stale (an operation is about to change it)."""
-    _GENERATION[id(host)] = _GENERATION.get(id(host), 0) + 1
+    setattr(host, _GENERATION_ATTR, getattr(host, _GENERATION_ATTR, 0) + 1)
 
 
 def node_state(host: Any, request: Request) -> NodeStateData:
@@ -51,12 +52,12 @@ def node_state(host: Any, request: Request) -> NodeStateData:
     A cached answer to a larger request serves a smaller one.
     """
     state = host.state
-    key = (bool(getattr(state, "is_executing", False)), _GENERATION.get(id(host), 0))
-    cached = _CACHE.get(id(host))
+    key = (bool(getattr(state, "is_executing", False)), getattr(host, _GENERATION_ATTR, 0))
+    cached = getattr(host, _CACHE_ATTR, None)
     if cached and cached[0][:2] == key and Request.from_json(cached[0][2]).covers(request):
         return cached[1]
     if cached and cached[0][:2] == key:
         request = Request.from_json(cached[0][2]).merge(request)
     data = NodeStateData(host.get_fact(NodeState, request.to_json()))
-    _CACHE[id(host)] = ((*key, request.to_json()), data)
+    setattr(host, _CACHE_ATTR, ((*key, request.to_json()), data))
     return data
