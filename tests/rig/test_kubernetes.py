@@ -149,8 +149,16 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     hosts, success, error, no_change = totals(second.stdout + second.stderr)
     assert (success, error) == (0, 0), second.stdout
 
-    # Drift made behind the tool's back is reported, then converged away.
+    # Drift made behind the tool's back is reported (pyinfra --dry and gpu-provision drift agree), then converged.
     assert ssh(CP, f"{KUBECTL} label node {GPU.name} --overwrite nvidia.com/gpu.product=other").returncode == 0
+    env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster), "COLUMNS": "200"}
+    dry = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", str(REPO / "inventory.py"), str(deploy)],
+                         capture_output=True, text=True, timeout=540, cwd=tmp_path, env=env)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    changes = [line.strip() for line in dry.stderr.splitlines()
+               if "Kubernetes |" in line and not re.search(r"\s-\s+-\s*$", line)]
+    assert len(changes) == 1 and changes[0].startswith("Kubernetes | Node labels and taints"), dry.stderr
+    assert f"1 ({CP.name})" in changes[0]
     drifted = drift(cluster)
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert "nvidia.com/gpu.product" in drifted.stdout
