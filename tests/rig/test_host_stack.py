@@ -2,7 +2,8 @@
 
 Stand-ins (see gpu_provision/rig/standins/): the NVIDIA driver, kernel modules and container toolkit packages
 come from the rig's signed mirror and behave as documented without hardware; ``/lib/modules/<kernel>/build`` is
-created by the test as the stand-in for kernel headers (rig nodes run the host's kernel, which has none).
+the stand-in for kernel headers (rig nodes run the host's kernel, which has none); the test removes it to show a
+node without headers stopped by preflight, and puts it back.
 Docker is Debian's ``docker.io`` through the rig's apt proxy.
 """
 
@@ -20,11 +21,13 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "tests" / "rig" / "clusters" / "host-stack.yaml"
-GPU_NODE, PLAIN_NODE = (RigNode("rigtesths1", "127.0.10.71", gpu_model="H200", gpu_count=2),
-                        RigNode("rigtesths2", "127.0.10.72"))
-RIG_NODES = [GPU_NODE, PLAIN_NODE]
+GPU_NODE = RigNode("rigtesths1", "127.0.10.71", gpu_model="H200", gpu_count=2)
+PLAIN_NODE = RigNode("rigtesths2", "127.0.10.72")
+CONTAINERD_NODE = RigNode("rigtesths3", "127.0.10.73", gpu_model="H200", gpu_count=1)
+RIG_NODES = [GPU_NODE, PLAIN_NODE, CONTAINERD_NODE]
 DEPLOY = "from gpu_provision.stages.pipeline import HOST_STACK, gpu_node\n\ngpu_node(stages=HOST_STACK)\n"
 HEADERS = "mkdir -p /lib/modules/$(uname -r)/build"
+NO_HEADERS = "rm -rf /lib/modules/$(uname -r)/build"
 IMAGE = ("set -e; rm -rf /tmp/img; mkdir -p /tmp/img/bin; cp /bin/busybox /tmp/img/bin/busybox; "
          "tar -C /tmp/img -c . | docker import - rig/busybox:1")
 HELD = ("nvidia-open", "nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-container-toolkit",
@@ -52,6 +55,8 @@ def deployment(cluster_file, pyinfra, monkeypatch):  # type: ignore[no-untyped-d
 
 
 def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh):  # type: ignore[no-untyped-def]
+    for node in (GPU_NODE, CONTAINERD_NODE):
+        assert ssh(node, NO_HEADERS).returncode == 0
     result = deployment()
     assert result.returncode != 0, result.output
     kernel = ssh(GPU_NODE, "uname -r").stdout.strip()
@@ -63,7 +68,8 @@ def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh): 
 
 
 def test_converge_then_no_change(deployment, ssh):  # type: ignore[no-untyped-def]
-    assert ssh(GPU_NODE, HEADERS).returncode == 0
+    for node in (GPU_NODE, CONTAINERD_NODE):
+        assert ssh(node, HEADERS).returncode == 0
     first = deployment()
     assert first.returncode == 0, first.output[-6000:]
     held = set(ssh(GPU_NODE, "apt-mark showhold").stdout.split())
@@ -80,6 +86,13 @@ def test_converge_then_no_change(deployment, ssh):  # type: ignore[no-untyped-de
         f"NVreg_DeviceFileGID={gid} NVreg_DeviceFileMode=432\n")
     assert ssh(GPU_NODE, "stat -c '%g %a' /dev/nvidia0").stdout.split() == [gid, "660"]
     assert "Signed-By: /etc/apt/keyrings/cuda.gpg" in ssh(GPU_NODE, "cat /etc/apt/sources.list.d/cuda.sources").stdout
+
+    # containerd as it runs: runc on systemd cgroups, nvidia the default runtime, Debian's own settings kept.
+    dump = ssh(CONTAINERD_NODE, "containerd config dump").stdout
+    runc = dump.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]')[1].split("[")[0]
+    assert "SystemdCgroup = true" in runc
+    assert 'default_runtime_name = "nvidia"' in dump and 'bin_dir = "/usr/lib/cni"' in dump
+    assert ssh(CONTAINERD_NODE, "test -f /etc/containerd/config.toml.gpu-provision.bak").returncode == 0
 
     second = deployment()
     assert second.returncode == 0, second.output[-6000:]
