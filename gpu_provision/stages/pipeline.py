@@ -4,7 +4,8 @@ The host stack (preflight, driver, runtime, toolkit, permissions) is always ther
 ``verify`` join when their modules are installed. Each stage module offers ``request(node, cluster)``,
 ``wants(node, cluster, state)``, optionally ``extra_differences(...)``, and one ``@deploy`` function named
 ``<stage>_stage`` (or the stage's own name, or ``DEPLOY``). :data:`STAGES` is what ``gpu-provision drift`` compares
-and :func:`gpu_node` what ``deploys/gpu_node.py`` runs, so both see the same stages in the same order.
+(:mod:`gpu_provision.drift`) and :func:`gpu_node` what ``deploys/gpu_node.py`` runs, so both see the same stages in
+the same order.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import deploy
 
-from gpu_provision.desired import Difference, Want, differences
+from gpu_provision.desired import Want
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, repos
@@ -83,20 +84,6 @@ def node_request(node: Node, cluster: Cluster) -> Request:
 def node_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
     """Every stage's generic wants for ``node``, in stage order."""
     return [w for module in stage_modules() if _is_drift_stage(module) for w in module.wants(node, cluster, state)]
-
-
-def node_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
-    """How ``node`` differs from the file, stage by stage (generic wants, then each stage's own checks)."""
-    out: list[Difference] = []
-    for module in stage_modules():
-        if not _is_drift_stage(module):
-            continue
-        name = module.__name__.rsplit(".", 1)[-1]
-        out.extend(differences(list(module.wants(node, cluster, state)), state, name))
-        extra = getattr(module, "extra_differences", None)
-        if extra:
-            out.extend(extra(node, cluster, state))
-    return out
 
 
 @deploy("GPU node")

@@ -118,3 +118,15 @@ def test_hand_edited_daemon_json_is_repaired_keeping_the_foreign_key() -> None:
     assert commands_out[1] == "cp -a /etc/docker/daemon.json /etc/docker/daemon.json.gpu-provision.bak"
     assert run_op(services.wants, host, runtime.unit_wants(node)) == [
         "systemctl reset-failed docker.service 2>/dev/null; systemctl restart docker.service"]
+
+
+def test_pipeline_wants_hold_every_host_stack_want_in_stage_order() -> None:
+    from gpu_provision.stages import pipeline
+
+    node = CLUSTER.node("h200-01")
+    state = NodeStateData(fresh("debian12", gpus=8))
+    everything = pipeline.node_wants(node, CLUSTER, state)
+    host_stack = _wants(node, state)
+    positions = [everything.index(w) for w in host_stack]
+    assert positions == sorted(positions)
+    assert pipeline.STAGES[:5] == ["preflight", "driver", "runtime", "toolkit", "permissions"]
