@@ -223,7 +223,8 @@ def expectations_for_host(host: Any) -> str | None:
     """The expectations JSON for a pyinfra host, or None for a node the cluster file gives no GPUs.
 
     ``host.data.gpu_provision_verify_expect`` (a path to an expectations JSON file) wins, for rigs and tests;
-    otherwise the host's typed node from the cluster file (``gpu_provision.inventory.node_for``).
+    otherwise the host's typed node from the cluster file (``gpu_provision.inventory.node_for``, which also
+    serves ``@local`` hosts named by ``GPU_PROVISION_NODE``).
     """
     override = host.data.get("gpu_provision_verify_expect")
     if override:
@@ -232,9 +233,6 @@ def expectations_for_host(host: Any) -> str | None:
                 return handle.read()
         except OSError as exc:
             raise GpuProvisionError(f"{host.name}: cannot read expectations {override}: {exc}") from None
-    if not host.data.get("gpu_provision_cluster_file"):
-        raise GpuProvisionError(f"{host.name}: no cluster file in host data (use inventory.py) and no "
-                                "gpu_provision_verify_expect file")
     from gpu_provision.inventory import cluster_for, node_for
 
     node = node_for(host)
