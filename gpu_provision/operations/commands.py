@@ -22,7 +22,7 @@ from gpu_provision.state import NodeStateData, Request
 #: Written when a node needs a reboot it may not take by itself (gone after the reboot: /var/run is a tmpfs).
 REBOOT_MARKER = "/var/run/gpu-provision/reboot-required"
 
-_BASE_REQUEST: dict[int, Request] = {}
+_BASE_REQUEST_ATTR = "_gpu_provision_base_request"
 
 
 def this_host() -> Any:
@@ -39,12 +39,12 @@ def use_request(target: Any, request: Request) -> None:
     The pipeline registers the node's whole request once, so the first operation of a phase fetches everything the
     later ones need and a converged node costs one probe per phase.
     """
-    _BASE_REQUEST[id(target)] = request
+    setattr(target, _BASE_REQUEST_ATTR, request)
 
 
 def current_state(target: Any, request: Request) -> NodeStateData:
     """``target``'s state for ``request`` merged with the request registered by :func:`use_request`."""
-    base = _BASE_REQUEST.get(id(target))
+    base = getattr(target, _BASE_REQUEST_ATTR, None)
     return node_state(target, base.merge(request) if base else request)
 
 

@@ -20,21 +20,27 @@ from gpu_provision.state import FileState, NodeStateData, Request
 
 BACKUP_SUFFIX = ".gpu-provision.bak"
 
-_CHANGED: dict[tuple[int, bool], set[str]] = {}
+# Kept on the host object itself, like the state cache: an id() key could be reused by a later host.
+_CHANGED_ATTR = "_gpu_provision_changed"
 
 
-def _phase(target: Any) -> tuple[int, bool]:
-    return id(target), bool(getattr(target.state, "is_executing", False))
+def _phase_paths(target: Any) -> set[str]:
+    """The set of paths changed in ``target``'s current phase (prepare: will change; execute: changed)."""
+    registry: dict[bool, set[str]] | None = getattr(target, _CHANGED_ATTR, None)
+    if registry is None:
+        registry = {}
+        setattr(target, _CHANGED_ATTR, registry)
+    return registry.setdefault(bool(getattr(target.state, "is_executing", False)), set())
 
 
 def record_changed(target: Any, paths: Iterable[str]) -> None:
     """Note that ``paths`` change on ``target`` in the current phase (prepare: will change; execute: changed)."""
-    _CHANGED.setdefault(_phase(target), set()).update(paths)
+    _phase_paths(target).update(paths)
 
 
 def changed_paths(target: Any) -> set[str]:
     """Paths that changed (or, at prepare time, will change) on ``target`` in this run."""
-    return set(_CHANGED.get(_phase(target), set()))
+    return set(_phase_paths(target))
 
 
 def _content_matches(want: FileWant, current: FileState) -> bool:

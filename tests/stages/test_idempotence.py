@@ -11,8 +11,7 @@ import pytest
 from nodestates import converged, dumps, fresh, with_file
 
 from gpu_provision.desired import FileWant, GroupWant, PackageWant, UnitWant, differences
-from gpu_provision.facts import state as state_fact
-from gpu_provision.operations import accounts, commands, files, packages, repos, services
+from gpu_provision.operations import accounts, files, packages, repos, services
 from gpu_provision.spec import load_cluster
 from gpu_provision.stages import driver, permissions, runtime, toolkit
 from gpu_provision.state import NodeStateData
@@ -24,12 +23,6 @@ CLUSTER = load_cluster(str(Path(__file__).resolve().parents[2] / "inventory" / "
 STAGES = (driver, runtime, toolkit, permissions)
 REPOSITORIES = {"cuda": CLUSTER.mirrors.cuda, "docker": CLUSTER.mirrors.docker,
                 "nvidia-container-toolkit": CLUSTER.mirrors.container_toolkit}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_registries() -> None:
-    for registry in (state_fact._CACHE, state_fact._GENERATION, files._CHANGED, commands._BASE_REQUEST):
-        registry.clear()
 
 
 def _wants(node: Any, state: NodeStateData) -> list[Any]:
