@@ -4,6 +4,6 @@ Joins new nodes and brings the cluster's objects, labels and taints back to the 
 host stack (``deploys/gpu_node.py`` runs every stage, this one included).
 """
 
-from gpu_provision.stages.kubernetes import kubernetes
+from gpu_provision.stages.kubernetes import standalone
 
-kubernetes()
+standalone()

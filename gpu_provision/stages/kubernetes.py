@@ -26,7 +26,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.k8s import bundle, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
 from gpu_provision.k8s.objects import as_list, key, to_text
-from gpu_provision.operations import files, packages, repos, services
+from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations import kubernetes as ops
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
@@ -263,3 +263,14 @@ def kubernetes() -> None:
         ops.manifest_applied(name=f"Manifest {manifest.name} applied", manifest=manifest)
     ops.node_labels(name="Node labels and taints",
                     wanted={n.name: (k8s_nodes.labels(n), n.taints) for n in cluster.nodes})
+
+
+@deploy("Kubernetes (stage alone)")
+def standalone() -> None:
+    """:func:`kubernetes` outside the pipeline (``deploys/cluster.py``): the stage's whole probe request is
+    registered first, so a converged node is read once per phase rather than once per operation.
+    """
+    node = node_for(host)
+    cluster = cluster_for(host)
+    commands.use_request(commands.this_host(), request(node, cluster))
+    kubernetes()
