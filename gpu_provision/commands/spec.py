@@ -128,9 +128,10 @@ def mig_plan(args: argparse.Namespace) -> int:
         capable = ", ".join(k for k, m in catalog.models().items() if m.mig)
         raise GpuProvisionError(f"{model.key} does not support MIG (MIG-capable: {capable})")
     if not args.layout:
-        for p in model.mig.profiles:
-            starts = ",".join(map(str, p.starts))
-            print(f"{p.name:<12} id {p.id:>2}  max {p.max_instances}  placements {{{starts}}}:{p.memory_slices}")
+        for profile in model.mig.profiles:
+            starts = ",".join(map(str, profile.starts))
+            print(f"{profile.name:<12} id {profile.id:>2}  max {profile.max_instances}  "
+                  f"placements {{{starts}}}:{profile.memory_slices}")
         return 0
     counts = mig.parse_layout(args.layout)
     try:

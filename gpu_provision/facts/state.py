@@ -27,7 +27,8 @@ class NodeState(FactBase):
          "files": {"/etc/docker/daemon.json": {"exists": true, "sha256": "...", "content": "{...}"}}, ...}
     """
 
-    requires_command = "python3"
+    def requires_command(self, *args: Any, **kwargs: Any) -> str:
+        return "python3"
 
     def command(self, request_json: str) -> str:  # type: ignore[override]
         return bundle.command(Request.from_json(request_json).to_probe())

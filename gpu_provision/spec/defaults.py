@@ -7,7 +7,9 @@ URLs may hold placeholders filled per node from its facts: ``{distro}`` (``ubunt
 
 from __future__ import annotations
 
-UPSTREAM = {
+from typing import Any
+
+UPSTREAM: dict[str, dict[str, Any]] = {
     "cuda": {
         "url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/",
         "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/3bf863cc.pub",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, cast
 
 from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
 from gpu_provision.spec import catalog, migparted
@@ -151,7 +151,7 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
         group=raw.get("group"),
         labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
         taints=tuple(raw.get("taints") or ()),
-        ssh=replace(cluster_ssh, **{k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()}),
+        ssh=replace(cluster_ssh, **cast(dict[str, Any], {k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()})),
         driver=Driver(
             branch=_text(driver["branch"]) if "branch" in driver else ("580" if "version" not in driver else None),
             version=driver.get("version"),

@@ -28,7 +28,7 @@ def _merge(into: dict[str, Any], layer: dict[str, Any], origin: Path, provenance
 
 def _record(value: dict[str, Any], origin: Path, provenance: dict[Path, Path], rel: Path) -> None:
     for key, child in value.items():
-        provenance[(*rel, key)] = (*origin, key)
+        provenance[rel + (key,)] = origin + (key,)
         if isinstance(child, dict):
             _record(child, (*origin, key), provenance, (*rel, key))
 

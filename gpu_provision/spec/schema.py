@@ -42,33 +42,35 @@ def _message(error: jsonschema.ValidationError) -> tuple[tuple[str | int, ...], 
     schema = error.schema if isinstance(error.schema, dict) else {}
     hint = f" (allowed: {schema['x-allowed']})" if schema.get("x-allowed") else ""
     v = error.validator
+    value: Any = error.validator_value
+    instance: Any = error.instance
     if "propertyNames" in error.schema_path:
-        return (*path, error.instance), f"{_short(error.instance)} is not allowed as a key here{hint}", True
+        return (*path, instance), f"{_short(instance)} is not allowed as a key here{hint}", True
     if v == "additionalProperties":
         allowed = sorted(schema.get("properties", {}))
-        extra = [k for k in error.instance if k not in schema.get("properties", {})]
+        extra = [k for k in instance if k not in schema.get("properties", {})]
         key = extra[0] if extra else "?"
         return (*path, key), f"unknown key '{key}' (allowed: {', '.join(allowed)})", True
     if v == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return path, f"missing required key '{missing}'", False
     if v == "enum":
-        return path, f"{_short(error.instance)} is not allowed (allowed: {', '.join(map(str, error.validator_value))})", False
+        return path, f"{_short(error.instance)} is not allowed (allowed: {', '.join(map(str, value))})", False
     if v == "const":
-        return path, f"{_short(error.instance)} is not allowed (allowed: {error.validator_value})", False
+        return path, f"{_short(error.instance)} is not allowed (allowed: {value})", False
     if v == "type":
-        expected = error.validator_value
+        expected = value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
         return path, f"expected {expected}, got {type(error.instance).__name__} {_short(error.instance)}{hint}", False
     if v == "pattern":
-        return path, f"{_short(error.instance)} is not in the expected form{hint or f' (pattern: {error.validator_value})'}", False
+        return path, f"{_short(error.instance)} is not in the expected form{hint or f' (pattern: {value})'}", False
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = "at least" if "inimum" in v else "at most"
-        return path, f"{_short(error.instance)} is out of range (allowed: {word} {error.validator_value})", False
+        return path, f"{_short(error.instance)} is out of range (allowed: {word} {value})", False
     if v in ("minItems", "minLength"):
-        return path, f"must not be empty (allowed: {v} {error.validator_value})", False
+        return path, f"must not be empty (allowed: {v} {value})", False
     if v in ("maxItems", "maxLength"):
-        return path, f"is too long (allowed: {v} {error.validator_value})", False
+        return path, f"is too long (allowed: {v} {value})", False
     return path, error.message, False
 
 

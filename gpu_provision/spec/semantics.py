@@ -16,7 +16,7 @@ from gpu_provision.spec import catalog, mig
 from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.loader import Context
-from gpu_provision.spec.model import Cluster, Mig, MigLayout, Node
+from gpu_provision.spec.model import Cluster, Mig, MigLayout, MigStrategy, Node
 
 
 def check(cluster: Cluster, ctx: Context) -> Cluster:
@@ -139,7 +139,7 @@ def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -
         ctx.add_node(index, ("device_plugin", "mig_strategy"),
                      "mig_strategy single needs every GPU to have the same layout of one profile (allowed: mixed)")
     elif strategy == "none":
-        derived = "single" if single_ok else "mixed"
+        derived: MigStrategy = "single" if single_ok else "mixed"
         node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=derived))
     if node.sharing.strategy == "mps":
         ctx.add_node(index, ("sharing", "strategy"), "MPS sharing cannot be combined with MIG "
