@@ -265,10 +265,11 @@ def kubernetes() -> None:
                     wanted={n.name: (k8s_nodes.labels(n), n.taints) for n in cluster.nodes})
 
 
-@deploy("Kubernetes (stage alone)")
 def standalone() -> None:
     """:func:`kubernetes` outside the pipeline (``deploys/cluster.py``): the stage's whole probe request is
     registered first, so a converged node is read once per phase rather than once per operation.
+
+    Called from deploy code for the current host (a plain function, so operation names keep the stage's name).
     """
     node = node_for(host)
     cluster = cluster_for(host)

@@ -63,13 +63,3 @@ def make_cluster(tmp_path: Path) -> Callable[[str], Cluster]:
         return load_cluster(path)
     return make
 
-
-@pytest.fixture(autouse=True)
-def _fresh_registries():
-    # Fake hosts are short-lived: a new one may reuse an old one's id, so per-host caches start empty per test.
-    from gpu_provision.facts import state as state_fact
-    from gpu_provision.operations import commands, files
-
-    for registry in (state_fact._CACHE, state_fact._GENERATION, files._CHANGED, commands._BASE_REQUEST):
-        registry.clear()
-    yield
