@@ -10,12 +10,15 @@ Docker is Debian's ``docker.io`` through the rig's apt proxy.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gpu_provision.rig.config import RigNode
+from gpu_provision.stages.pipeline import HOST_STACK
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -47,6 +50,20 @@ def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-u
 
 
 @pytest.fixture
+def drift(cluster_file):  # type: ignore[no-untyped-def]
+    """Runs ``gpu-provision drift --json`` for the host-stack stages; returns (exit status, {node: differences})."""
+
+    def run() -> tuple[int, dict[str, list[dict[str, object]]]]:
+        argv = [sys.executable, "-m", "gpu_provision.cli", "drift", "--cluster", str(cluster_file), "--json",
+                *(arg for stage in HOST_STACK for arg in ("--stage", stage)), str(REPO / "inventory.py")]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+        report = json.loads(proc.stdout)
+        return proc.returncode, {n["name"]: n["differences"] for n in report["nodes"]}
+
+    return run
+
+
+@pytest.fixture
 def deployment(cluster_file, pyinfra, monkeypatch):  # type: ignore[no-untyped-def]
     """Runs ``pyinfra -y inventory.py <host-stack deploy>`` with the rig cluster file."""
     monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file))
@@ -67,7 +84,7 @@ def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh): 
     assert ssh(PLAIN_NODE, "systemctl is-active docker").stdout.strip() == "active"
 
 
-def test_converge_then_no_change(deployment, ssh):  # type: ignore[no-untyped-def]
+def test_converge_then_no_change(deployment, drift, ssh):  # type: ignore[no-untyped-def]
     for node in (GPU_NODE, CONTAINERD_NODE):
         assert ssh(node, HEADERS).returncode == 0
     first = deployment()
@@ -98,9 +115,11 @@ def test_converge_then_no_change(deployment, ssh):  # type: ignore[no-untyped-de
     assert second.returncode == 0, second.output[-6000:]
     totals = second.totals()
     assert (totals["success"], totals["error"]) == (0, 0), second.output[-6000:]
+    # The drift check reads the same wants: a node the deploy leaves alone is in sync.
+    assert drift() == (0, {GPU_NODE.name: [], PLAIN_NODE.name: [], CONTAINERD_NODE.name: []})
 
 
-def test_hand_changes_are_repaired_exactly(deployment, ssh):  # type: ignore[no-untyped-def]
+def test_hand_changes_are_repaired_exactly(deployment, drift, ssh):  # type: ignore[no-untyped-def]
     daemon = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
     daemon["log-opts"]["max-size"] = "1g"
     daemon["registry-mirrors"] = ["http://10.77.0.1:5000"]
@@ -108,6 +127,10 @@ def test_hand_changes_are_repaired_exactly(deployment, ssh):  # type: ignore[no-
     assert ssh(GPU_NODE, f"printf '%s' '{edited}' > /etc/docker/daemon.json && apt-mark unhold nvidia-driver"
                ).returncode == 0
     started = ssh(GPU_NODE, "systemctl show -p ActiveEnterTimestampMonotonic docker").stdout
+    status, found = drift()
+    assert status == 1 and not found[PLAIN_NODE.name] and not found[CONTAINERD_NODE.name]
+    assert sorted((d["kind"], d["item"]) for d in found[GPU_NODE.name]) == [
+        ("file", "/etc/docker/daemon.json"), ("package-hold", "nvidia-driver")]
 
     repair = deployment()
     assert repair.returncode == 0, repair.output[-6000:]
