@@ -165,7 +165,7 @@ def verify(expect: dict[str, Any]) -> tuple[list[Check], dict[str, Any]]:
     container_job = (in_background(runtime.run_container, container_spec)
                      if container_spec.get("kind", "none") != "none" else None)
     kube = expect.get("kubernetes") or {}
-    node_job = in_background(runtime.read_node, kube) if kube.get("enabled") else None
+    node_job = in_background(runtime.read_node_settled, kube) if kube.get("enabled") else None
     pod_job = in_background(runtime.run_pod, kube) if kube.get("enabled") and kube.get("pod_image") else None
 
     rec.run("node.driver", lambda: checks.driver_checks(proc_version, parsed and parsed["driver_version"], expect))

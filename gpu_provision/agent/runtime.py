@@ -84,6 +84,26 @@ def read_node(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     return json.loads(result["stdout"]), None
 
 
+def read_node_settled(spec: dict[str, Any], settle_s: float = 60.0, interval_s: float = 2.0,
+                      clock: Any = time.monotonic, sleep: Any = time.sleep) -> tuple[dict[str, Any] | None, str | None]:
+    """The Node object once its ``nvidia.com/*`` allocatable equals what the file implies, or after ``settle_s``.
+
+    The device plugin registers its resources some seconds after its pod starts (right after a deploy), so a
+    verification that runs then waits for them, bounded, instead of failing on a node that is still settling.
+    """
+    wanted = {k: str(v) for k, v in (spec.get("allocatable") or {}).items()}
+    deadline = clock() + settle_s
+    while True:
+        node, error = read_node(spec)
+        if error is not None:
+            return node, error
+        allocatable = ((node or {}).get("status") or {}).get("allocatable") or {}
+        found = {k: str(v) for k, v in allocatable.items() if k.startswith("nvidia.com/")}
+        if found == wanted or clock() >= deadline:
+            return node, None
+        sleep(interval_s)
+
+
 def pod_manifest(spec: dict[str, Any], resource: str) -> dict[str, Any]:
     """A pod pinned to this node, asking for one ``resource``, running the agent's CUDA probe in python3."""
     probe_source = cuda.__loader__.get_source(cuda.__name__)  # type: ignore[union-attr]
