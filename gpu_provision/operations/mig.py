@@ -43,8 +43,13 @@ def node_actions(node: Node, state: NodeStateData) -> list[Action]:
 
 
 def commands_for(node: Node, actions: list[Action]) -> list[str]:
-    """Shell commands for ``actions``: one failing command naming the refusals, or the applier run."""
-    refusals = [a for a in actions if a.kind == "refuse"]
+    """Shell commands for ``actions``: one failing command naming the refusals, or the applier run.
+
+    A node whose ``nvidia-smi`` could not answer (no driver yet, at prepare time of a first run) gets the applier
+    run: it reads the node again when it runs, after the driver stage, and fails with the driver's message if the
+    driver still does not answer.
+    """
+    refusals = [a for a in actions if a.kind == "refuse" and a.gpu is not None]
     if refusals:
         return [fail_command("; ".join(str(a) for a in refusals))]
     return [agent_mig.apply_command(node, "apply")] if actions else []

@@ -101,6 +101,8 @@ def _unit_needed(state: NodeStateData) -> str | None:
     unit = state.unit(agent_mig.UNIT_NAME)
     if unit is None or not unit.loaded:
         return "not installed"
+    if agent_mig.UNIT_PATH in files.changed_paths(host):
+        return "unit file changed"
     return None if unit.enabled == "enabled" else f"is {unit.enabled or 'disabled'}"
 
 
@@ -115,7 +117,7 @@ def mig_stage() -> None:
     req = request(node, cluster)
     files.wants(name="MIG applier, layout files and boot unit", wants=file_wants(node), request=req)
     commands.guarded(
-        name="Enable gpu-provision-mig.service",
+        name="Enable gpu-provision-mig.service (systemd reads it again when it changed)",
         command=f"systemctl daemon-reload && systemctl enable {agent_mig.UNIT_NAME}",
         needed=_unit_needed,
         request=Request(units={agent_mig.UNIT_NAME}),

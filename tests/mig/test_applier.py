@@ -156,3 +156,31 @@ def test_layout_that_does_not_fit_is_refused(mig_node: MigNode) -> None:
     assert result.returncode == 1
     assert "does not fit this GPU's MIG profiles" in result.stdout
     assert mig_node.mode(0) == "Disabled, Disabled"
+
+
+def test_pending_mode_reboots_when_allowed(mig_node: MigNode) -> None:
+    client = subprocess.Popen(["sleep", "120"])
+    try:
+        mig_node.sh("gpu-sim", "client", "--name", "monitor", "--pid", str(client.pid), check=True)
+        result = mig_node.apply(A, "--reboot-allowed")
+    finally:
+        client.kill()
+        client.wait()
+    assert result.returncode == 3, result.stdout
+    assert "MIG mode change pending and the reset failed" in result.stdout
+    assert "rebooting (the boot unit applies the layout)" in result.stdout
+    assert mig_node.service_log()[-1] == "reboot"
+
+
+def test_driver_placing_elsewhere_is_reported(mig_node: MigNode) -> None:
+    """A driver that ignores the ':start' placement (here: a wrapper dropping it before the simulator sees it) puts
+    2g.35gb where it likes; the applier reads -lgi back and says so instead of reporting success."""
+    wrapper = mig_node.root / "bin" / "nvidia-smi"
+    real = wrapper.read_text().replace('"$@"', "$args")
+    wrapper.write_text("#!/bin/sh\nargs=$(printf '%s\\n' \"$@\" | sed 's/^\\([0-9a-z.+]*\\):[0-9]*$/\\1/' | "
+                       "tr '\\n' ' ')\n" + real.split("\n", 1)[1])
+    result = mig_node.apply(A)
+    assert result.returncode == 1, result.stdout
+    assert "the GPUs differ from the layout after applying it" in result.stdout
+    assert "state reached: GPU 0: " in result.stdout
+    assert mig_node.lgi(0) != BALANCED

@@ -115,3 +115,13 @@ def test_vgpu_node() -> None:
     diffs = stage.extra_differences(node, CLUSTER, NodeStateData({"mig": snap}))
     assert [(d.kind, d.item, d.expected) for d in diffs] == [("vgpu", "GPU 0", "NVIDIA H100XM-40C"),
                                                              ("vgpu", "GPU 1", "NVIDIA H100XM-40C")]
+
+
+def test_no_driver_yet_leaves_the_decision_to_the_applier() -> None:
+    """At prepare time of a first run the driver stage has not run: nvidia-smi is missing, the plan still runs the
+    applier (which reads the node again after the driver is installed)."""
+    missing = {"smi_rc": None, "error": "[Errno 2] No such file or directory: 'nvidia-smi'", "gpus": [],
+               "processes": []}
+    actions = mig_ops.node_actions(H200, NodeStateData({"mig": missing}))
+    assert [a.kind for a in actions] == ["refuse"]
+    assert mig_ops.commands_for(H200, actions) == [agent_mig.apply_command(H200, "apply")]
