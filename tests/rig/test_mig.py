@@ -8,6 +8,9 @@ a second run that changes nothing, refusal while a process holds a GPU, and the 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -103,6 +106,28 @@ def test_layout_b_then_a_again(deploy, ssh, node):  # type: ignore[no-untyped-de
     back = deploy(A)
     assert back.returncode == 0, back.output[-6000:]
     assert placed(ssh, node, 0) == A_PLACED
+
+
+def test_drift_names_the_gpu_changed_by_hand(rig, deploy, ssh, node, tmp_path):  # type: ignore[no-untyped-def]
+    assert deploy(A).returncode == 0
+    gi = ssh(node, "nvidia-smi mig -lgi -i 0 | awk '/1g.18gb/ {print $6; exit}'").stdout.strip()
+    assert ssh(node, f"nvidia-smi mig -i 0 -gi {gi} -dci && nvidia-smi mig -i 0 -gi {gi} -dgi").returncode == 0
+    cluster = tmp_path / "drift-cluster.yaml"
+    cluster.write_text(yaml.safe_dump(cluster_doc(rig, node, A, {"7g.141gb": 1}), sort_keys=False))
+    drift = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "drift", str(REPO / "inventory.py"),
+                            "--cluster", str(cluster), "--stage", "mig", "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert drift.returncode == 1, drift.stdout + drift.stderr
+    assert '"mig-layout"' in drift.stdout and "GPU 0" in drift.stdout, drift.stdout
+    assert "1g.18gb@2:1, 3g.71gb@4:4" in drift.stdout or "1g.18gb@3:1, 3g.71gb@4:4" in drift.stdout, drift.stdout
+    repaired = deploy(A)
+    assert repaired.returncode == 0, repaired.output[-6000:]
+    assert placed(ssh, node, 0) == A_PLACED
+    again = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "drift", str(REPO / "inventory.py"),
+                            "--cluster", str(cluster), "--stage", "mig", "--json"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)
 
 
 def test_busy_gpu_refused_then_applied(deploy, ssh, node):  # type: ignore[no-untyped-def]
