@@ -216,6 +216,10 @@ def apply_layout(args) -> int:
     doc = load_layout(args.layout)
     snapshot = probe(tables=True)
     desired = desired_for(doc, args.config, snapshot)
+    if not desired:
+        ids = ", ".join(sorted({g["pci_device_id"] for g in snapshot["gpus"]})) or "no GPUs"
+        say(f"the layout file selects none of this node's GPUs ({ids}); nothing to do")
+        return 0
     units = active_units(mig_layout.MODE_HOLDERS)
     actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot)
     refusals = [a for a in actions if a.kind == "refuse"]

@@ -184,3 +184,12 @@ def test_driver_placing_elsewhere_is_reported(mig_node: MigNode) -> None:
     assert "the GPUs differ from the layout after applying it" in result.stdout
     assert "state reached: GPU 0: " in result.stdout
     assert mig_node.lgi(0) != BALANCED
+
+
+def test_layout_for_other_gpus_is_said(mig_node: MigNode) -> None:
+    other = {"version": "v1", "mig-configs": {"a100": [
+        {"device-filter": ["0x20B210DE"], "devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}
+    result = mig_node.apply(other)
+    assert result.returncode == 0
+    assert "the layout file selects none of this node's GPUs (0x233510DE); nothing to do" in result.stdout
+    assert mig_node.mode(0) == "Disabled, Disabled"
