@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import MigNode
+from migsim import MigNode
 
 from gpu_provision.mig import vgpu
 from gpu_provision.probe.sections import mig as probe

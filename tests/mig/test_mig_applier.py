@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from conftest import MigNode
+from migsim import MigNode
 
 from gpu_provision.probe.sections.mig import parse_lgi
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import MigNode
+from migsim import MigNode
 
 from gpu_provision.mig import layout
 from gpu_provision.mig.plan import mig_actions, table_dict

@@ -1,0 +1,123 @@
+"""A simulated node for the MIG tests: the rig's GPU simulator behind a stand-in ``nvidia-smi``, a stand-in
+``systemctl``, and the applier installed as the deploy installs it (used by conftest.py's fixtures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpu_provision.agent_mig import applier_files
+
+REPO = Path(__file__).resolve().parents[2]
+SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"
+STANDINS = Path(__file__).resolve().parent / "standins"
+H200_FIXTURES = REPO / "tests" / "fixtures" / "h200"
+MODULE_LINE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (gpu-sim)\n"
+
+#: Two H200s as the captured two-GPU host has them (tests/fixtures/h200x2).
+H200X2 = [
+    {"model": "H200", "index": 0, "uuid": "GPU-d3d4d48e-bb4a-7dfe-ba8d-0c72be5897cc", "pci_bus_id": "00000000:00:06.0",
+     "serial": "1653724065637"},
+    {"model": "H200", "index": 1, "uuid": "GPU-c7bb669a-6c98-84b7-fff1-a0bc7cbb3d54", "pci_bus_id": "00000000:00:07.0",
+     "serial": "1653724056318"},
+]
+
+
+@dataclass
+class MigNode:
+    """A simulated node: GPU simulator state, the installed applier, stand-in services."""
+
+    root: Path
+    env: dict[str, str]
+
+    @property
+    def applier(self) -> Path:
+        return self.root / "lib" / "mig_apply.py"
+
+    def sh(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run a program on the node (PATH finds the stand-ins first)."""
+        proc = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=300)
+        if check:
+            assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+        return proc
+
+    def apply(self, layout: dict, *extra: str, command: str = "apply") -> subprocess.CompletedProcess[str]:
+        """Write ``layout`` (mig-parted v1) as the node's layout file and run the applier on it."""
+        path = self.root / "mig-layout.yaml"
+        path.write_text(json.dumps(layout, indent=2))
+        return self.sh("python3", str(self.applier), command, "--layout", str(path), *extra)
+
+    def lgi(self, gpu: int = 0) -> list[str]:
+        """``profile@start:size`` of GPU ``gpu``'s instances, from the simulated ``nvidia-smi mig -lgi``."""
+        out = self.sh("nvidia-smi", "mig", "-lgi", "-i", str(gpu)).stdout
+        rows = []
+        for line in out.splitlines():
+            parts = line.strip("| ").split()
+            if len(parts) == 6 and parts[1] == "MIG":
+                rows.append((int(parts[5].split(":")[0]), f"{parts[2]}@{parts[5]}"))
+        return [r for _, r in sorted(rows)]
+
+    def mode(self, gpu: int = 0) -> str:
+        return self.sh("nvidia-smi", "-i", str(gpu), "--query-gpu=mig.mode.current,mig.mode.pending",
+                       "--format=csv,noheader", check=True).stdout.strip()
+
+    def start_units(self, *units: str) -> None:
+        """Start units through the systemctl stand-in (holder units then hold the GPUs), and forget the log."""
+        self.sh("systemctl", "start", *units, check=True)
+        (self.root / "systemctl.log").unlink()
+
+    def service_log(self) -> list[str]:
+        log = self.root / "systemctl.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def reboot(self) -> None:
+        """A new boot id: the simulator drops instances and (Hopper) MIG mode, as a real reboot does."""
+        boot = self.root / "boot_id"
+        boot.write_text(str(int(boot.read_text()) + 1))
+
+
+
+
+def make_node(tmp_path: Path) -> MigNode:
+    """A node with two simulated H200s, driver 580.159.04 loaded, the applier installed, no services running."""
+    data = tmp_path / "data"
+    (data / "gpus").mkdir(parents=True)
+    for model in (REPO / "gpu_provision" / "data" / "gpus").glob("*.json"):
+        shutil.copy(model, data / "gpus" / model.name)
+    shutil.copy(REPO / "gpu_provision" / "rig" / "sim" / "hardware.json", data / "hardware.json")
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "driver" / "driver.json").write_text(json.dumps({"version": "580.159.04", "cuda_version": "13.0"}))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "version").write_text(MODULE_LINE)
+    (tmp_path / "boot_id").write_text("1")
+    (tmp_path / "gpus.json").write_text(json.dumps({"gpus": H200X2}))
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    for path, text in applier_files().items():
+        (lib / Path(path).name).write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("nvidia-smi", "gpu-sim"):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {sys.executable} {SIM} {name} "$@"\n')
+        (bin_dir / name).chmod(0o755)
+    shutil.copy(STANDINS / "systemctl", bin_dir / "systemctl")
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
+        GPU_SIM_CONFIG=str(tmp_path / "gpus.json"),
+        GPU_SIM_STATE_DIR=str(tmp_path / "state"),
+        GPU_SIM_DATA_DIR=str(data),
+        GPU_SIM_LIB_DIR=str(tmp_path / "driver"),
+        GPU_SIM_RUN_DIR=str(tmp_path / "run"),
+        GPU_SIM_BOOT_ID_FILE=str(tmp_path / "boot_id"),
+        GPU_SIM_PERSISTENCED_PID=str(tmp_path / "persistenced.pid"),
+        SYSTEMCTL_STATE=str(tmp_path / "systemctl.json"),
+        SYSTEMCTL_LOG=str(tmp_path / "systemctl.log"),
+        SYSTEMCTL_HOLDERS="nvidia-dcgm.service nvidia-persistenced.service",
+    )
+    return MigNode(tmp_path, env)
