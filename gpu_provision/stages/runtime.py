@@ -109,6 +109,16 @@ def containerd_dropin() -> str:
     )
 
 
+def runtimes(node: Node, cluster: Cluster) -> tuple[str, ...]:
+    """The runtimes whose configuration this project owns on ``node``.
+
+    kubelet talks CRI to containerd directly, also on a node whose other containers run through Docker: there
+    containerd needs CRI enabled, systemd cgroups and the nvidia runtime as well.
+    """
+    kind = node.container_runtime.kind
+    return ("docker", "containerd") if kind == "docker" and cluster.kubernetes.enabled else (kind,)
+
+
 def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     """Docker or containerd packages from the chosen source, held when a version is pinned."""
     rt = node.container_runtime
@@ -132,11 +142,11 @@ def containerd_files(state: NodeStateData) -> list[FileWant]:
     return out
 
 
-def file_wants(node: Node, state: NodeStateData) -> list[FileWant]:
-    """daemon.json for Docker; containerd's config for containerd alone."""
-    if node.container_runtime.kind == "docker":
-        return [FileWant(DAEMON_JSON, merge="json", keys=daemon_keys(node))]
-    return containerd_files(state)
+def file_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[FileWant]:
+    """daemon.json for Docker; containerd's config where containerd serves containers or kubelet."""
+    owned = runtimes(node, cluster)
+    out = [FileWant(DAEMON_JSON, merge="json", keys=daemon_keys(node))] if "docker" in owned else []
+    return out + (containerd_files(state) if "containerd" in owned else [])
 
 
 def unit_wants(node: Node) -> list[UnitWant]:
@@ -160,7 +170,7 @@ def repository_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list
 
 def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
     """Everything the runtime stage converges on ``node``."""
-    return [*repository_wants(node, cluster, state), *package_wants(node, state), *file_wants(node, state),
+    return [*repository_wants(node, cluster, state), *package_wants(node, state), *file_wants(node, cluster, state),
             *unit_wants(node)]
 
 
@@ -188,6 +198,6 @@ def runtime_stage() -> None:
         repos.apt_repository(name="Docker repository", repo_id="docker", repo=cluster.mirrors.docker,
                              proxy=cluster.mirrors.package_proxy)
     packages.wants(name=f"{node.container_runtime.kind} packages", wants=package_wants(node, state))
-    files.wants(name=f"{node.container_runtime.kind} configuration", wants=lambda s: file_wants(node, s),
+    files.wants(name=f"{node.container_runtime.kind} configuration", wants=lambda s: file_wants(node, cluster, s),
                 request=req)
     services.wants(name=f"{node.container_runtime.kind} running", wants=unit_wants(node))

@@ -8,6 +8,7 @@ container runtime, the CDI spec, and ``/dev/char`` links for the device files (n
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import tomlkit
@@ -20,7 +21,7 @@ from gpu_provision.operations import commands, files, packages, repos
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.stages import driver
+from gpu_provision.stages import driver, runtime
 from gpu_provision.stages.runtime import CONTAINERD_CONFD, CONTAINERD_CONFIG, DAEMON_JSON
 from gpu_provision.state import NodeStateData, Request
 
@@ -94,10 +95,21 @@ def _toml_has(text: str | None, found: Any) -> bool:
     return False
 
 
-def runtime_missing(node: Node, state: NodeStateData) -> str | None:
-    """Why the container runtime's configuration needs ``nvidia-ctk runtime configure``, or None."""
-    default = node.toolkit.default_runtime
-    if node.container_runtime.kind == "docker":
+def runtime_missing(node: Node, state: NodeStateData, kinds: Sequence[str] | None = None) -> str | None:
+    """Why a container runtime's configuration needs ``nvidia-ctk runtime configure``, or None.
+
+    + kinds: the runtimes to look at (default: the node's own; :func:`gpu_provision.stages.runtime.runtimes` adds
+      containerd where kubelet uses it under Docker)
+    """
+    for kind in kinds or (node.container_runtime.kind,):
+        reason = _missing_for(kind, node.toolkit.default_runtime, state)
+        if reason:
+            return reason
+    return None
+
+
+def _missing_for(kind: str, default: bool, state: NodeStateData) -> str | None:
+    if kind == "docker":
         try:
             config = json.loads(state.file(DAEMON_JSON).content or "{}")
         except ValueError:
@@ -116,12 +128,12 @@ def runtime_missing(node: Node, state: NodeStateData) -> str | None:
     return None
 
 
-def configure_command(node: Node) -> str:
-    """``nvidia-ctk runtime configure`` for the node's runtime, then a restart of that runtime."""
-    kind = node.container_runtime.kind
+def configure_command(node: Node, kinds: Sequence[str] | None = None) -> str:
+    """``nvidia-ctk runtime configure`` for each runtime (default: the node's own), each then restarted."""
     default = " --set-as-default" if node.toolkit.default_runtime else ""
-    return (f"nvidia-ctk runtime configure --runtime={kind}{default} && "
-            f"{{ systemctl reset-failed {kind} 2>/dev/null; systemctl restart {kind}; }}")
+    return " && ".join(f"nvidia-ctk runtime configure --runtime={kind}{default} && "
+                       f"{{ systemctl reset-failed {kind} 2>/dev/null; systemctl restart {kind}; }}"
+                       for kind in kinds or (node.container_runtime.kind,))
 
 
 def cdi_outdated(state: NodeStateData) -> str | None:
@@ -145,7 +157,8 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     """The runtime registration, the CDI spec and the /dev/char links."""
     if not managed(node):
         return []
-    checks = [("nvidia-runtime", node.container_runtime.kind, runtime_missing(node, state)),
+    kinds = runtime.runtimes(node, cluster)
+    checks = [("nvidia-runtime", "+".join(kinds), runtime_missing(node, state, kinds)),
               ("dev-char", "/dev/char", dev_char_missing(state))]
     if node.toolkit.cdi:
         checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state)))
@@ -171,8 +184,10 @@ def toolkit_stage() -> None:
     def ready() -> bool:
         return driver.reboot_reason(node, current_state(target, driver_req)) is None
 
-    commands.guarded(name=f"Register the nvidia runtime with {node.container_runtime.kind}",
-                     command=configure_command(node), needed=lambda s: runtime_missing(node, s), request=req,
+    kinds = runtime.runtimes(node, cluster)
+    commands.guarded(name=f"Register the nvidia runtime with {' and '.join(kinds)}",
+                     command=configure_command(node, kinds), needed=lambda s: runtime_missing(node, s, kinds),
+                     request=req,
                      noop="nvidia runtime already registered")
     if node.toolkit.cdi:
         commands.guarded(name="Generate the CDI spec", command=f"nvidia-ctk cdi generate --output={CDI_SPEC}",

@@ -155,3 +155,23 @@ def test_device_files_are_fixed_with_the_groups_id_and_instance_caps_get_read_bi
         "chown 0:998 /dev/nvidia0 && chmod 0660 /dev/nvidia0")
     assert [d.item for d in permissions.extra_differences(H200, CLUSTER, state)] == [
         "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia0"]
+
+
+def test_kubelet_containerd_is_configured_under_docker_when_kubernetes_is_on() -> None:
+    docker_node = CLUSTER.node("l40s-01")
+    assert docker_node.container_runtime.kind == "docker" and CLUSTER.kubernetes.enabled
+    assert runtime.runtimes(docker_node, CLUSTER) == ("docker", "containerd")
+    paths = [w.path for w in runtime.file_wants(docker_node, CLUSTER, NodeStateData(fresh("debian12", gpus=4)))]
+    assert runtime.DAEMON_JSON in paths and runtime.CONTAINERD_CONFIG in paths
+    command = toolkit.configure_command(docker_node, runtime.runtimes(docker_node, CLUSTER))
+    assert "--runtime=docker --set-as-default" in command and "--runtime=containerd --set-as-default" in command
+    raw = fresh("debian12", gpus=4)
+    raw = with_file(raw, runtime.DAEMON_JSON, dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}},
+                                                      "default-runtime": "nvidia"}))
+    assert toolkit.runtime_missing(docker_node, NodeStateData(raw), ("docker", "containerd")) == \
+        "containerd has no nvidia runtime"
+
+    without_k8s = replace(CLUSTER, kubernetes=replace(CLUSTER.kubernetes, enabled=False))
+    assert runtime.runtimes(docker_node, without_k8s) == ("docker",)
+    paths = [w.path for w in runtime.file_wants(docker_node, without_k8s, NodeStateData(fresh("debian12", gpus=4)))]
+    assert paths == [runtime.DAEMON_JSON]

@@ -41,12 +41,13 @@ def _after_deploy(name: str, os_key: str, containerd: str) -> dict[str, Any]:
         raw["files"][repos.keyring_path(repo)] = {"exists": True, "type": "file", "mode": "0644",
                                                  "owner": "root", "group": "root"}
     if node.has_gpus:
-        if node.container_runtime.kind == "docker":
+        kinds = runtime.runtimes(node, CLUSTER)
+        if "docker" in kinds:
             data = json.loads(NodeStateData(raw).file(runtime.DAEMON_JSON).content or "{}")
             data.update(runtimes={"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
                         **{"default-runtime": "nvidia"})
             raw = with_file(raw, runtime.DAEMON_JSON, dumps(data))
-        else:
+        if "containerd" in kinds:
             raw = with_file(raw, toolkit.NVIDIA_DROPIN, 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
                             '  default_runtime_name = "nvidia"\n'
                             '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
@@ -102,7 +103,7 @@ def test_hand_edited_daemon_json_is_repaired_keeping_the_foreign_key() -> None:
     data["registry-mirrors"] = ["https://mirror.internal"]
     raw = with_file(raw, runtime.DAEMON_JSON, dumps(data))
     host = FakeHost(raw, executing=True)
-    commands_out = run_op(files.wants, host, runtime.file_wants(node, NodeStateData(raw)))
+    commands_out = run_op(files.wants, host, runtime.file_wants(node, CLUSTER, NodeStateData(raw)))
     upload = next(c for c in commands_out if isinstance(c, list))
     written = json.loads(upload[1])
     assert written["registry-mirrors"] == ["https://mirror.internal"]
