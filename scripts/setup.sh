@@ -7,7 +7,14 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+  if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+    # Debian and Ubuntu ship the venv module separately.
+    rm -rf .venv
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    fi
+    "$PYTHON" -m venv .venv
+  fi
 fi
 stamp=.venv/.gpu-provision-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
