@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fakes import FakeHost, raw_commands, run_op
+from fakehost import FakeHost, raw_commands, run_op
 
 from gpu_provision.k8s import teams
 from gpu_provision.k8s.objects import HASH_ANNOTATION, content_hash

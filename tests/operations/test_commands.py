@@ -39,9 +39,9 @@ def test_reboot_not_allowed_writes_the_marker_once_and_warns() -> None:
 def test_reboot_allowed_reboots_and_waits() -> None:
     out = run_op(commands.reboot_when, LoggingHost({"files": {}}), _needs("driver 580.126.09 is loaded"), Request(),
                  True)
-    assert out == [["function", "remove_any_askpass_file"], ["function", "capture_uptime"],
-                   "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", ["function", "wait_and_reconnect"],
-                   ["function", "clean_sudo_info"]]
+    assert out == [["call", "remove_any_askpass_file"], ["call", "capture_uptime"],
+                   "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", ["call", "wait_and_reconnect"],
+                   ["call", "clean_sudo_info"]]
 
 
 def test_no_reboot_needed() -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakehost import FakeHost, run_op
 from nodestates import converged, dumps, fresh, with_file
 
 from gpu_provision.desired import FileWant, GroupWant, PackageWant, UnitWant, differences
@@ -15,9 +15,6 @@ from gpu_provision.operations import accounts, files, packages, repos, services
 from gpu_provision.spec import load_cluster
 from gpu_provision.stages import driver, permissions, runtime, toolkit
 from gpu_provision.state import NodeStateData
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operations"))
-from fakehost import FakeHost, run_op  # noqa: E402
 
 CLUSTER = load_cluster(str(Path(__file__).resolve().parents[2] / "inventory" / "cluster.yaml"))
 STAGES = (driver, runtime, toolkit, permissions)

@@ -1,4 +1,7 @@
-"""A fake pyinfra host answering the node probe with a canned state (state in, commands out)."""
+"""A fake pyinfra host answering the node probe with a canned state, for operation tests (state in, commands out).
+
+Shared by tests/operations, tests/stages and tests/k8s (tests/ is on the import path through tests/conftest.py).
+"""
 
 from __future__ import annotations
 
