@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import by_id
+from agentsim import by_id
 
 from gpu_provision.agent import runtime
 

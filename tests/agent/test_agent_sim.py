@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import H200_GPUS, by_id
+from agentsim import H200_GPUS, by_id
 
 from gpu_provision.verify.report import schema_problems
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import H200_GPUS
+from agentsim import H200_GPUS
 
 from gpu_provision.commands import verify as verify_command
 from gpu_provision.verify import collect

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import simtree
+
 from gpu_provision.agent_mig import applier_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,19 +87,9 @@ class MigNode:
 
 def make_node(tmp_path: Path) -> MigNode:
     """A node with two simulated H200s, driver 580.159.04 loaded, the applier installed, no services running."""
-    data = tmp_path / "data"
-    (data / "gpus").mkdir(parents=True)
-    for model in (REPO / "gpu_provision" / "data" / "gpus").glob("*.json"):
-        shutil.copy(model, data / "gpus" / model.name)
-    shutil.copy(REPO / "gpu_provision" / "rig" / "sim" / "hardware.json", data / "hardware.json")
-    (tmp_path / "driver").mkdir()
-    (tmp_path / "driver" / "driver.json").write_text(json.dumps({"version": "580.159.04", "cuda_version": "13.0"}))
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "version").write_text(MODULE_LINE)
-    (tmp_path / "boot_id").write_text("1")
+    sim_env = simtree.lay_out(tmp_path, MODULE_LINE)
     (tmp_path / "gpus.json").write_text(json.dumps({"gpus": H200X2}))
     lib = tmp_path / "lib"
-    lib.mkdir()
     for path, text in applier_files().items():
         (lib / Path(path).name).write_text(text)
     bin_dir = tmp_path / "bin"
@@ -109,13 +101,7 @@ def make_node(tmp_path: Path) -> MigNode:
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
-        GPU_SIM_CONFIG=str(tmp_path / "gpus.json"),
-        GPU_SIM_STATE_DIR=str(tmp_path / "state"),
-        GPU_SIM_DATA_DIR=str(data),
-        GPU_SIM_LIB_DIR=str(tmp_path / "driver"),
-        GPU_SIM_RUN_DIR=str(tmp_path / "run"),
-        GPU_SIM_BOOT_ID_FILE=str(tmp_path / "boot_id"),
-        GPU_SIM_PERSISTENCED_PID=str(tmp_path / "persistenced.pid"),
+        **sim_env,
         SYSTEMCTL_STATE=str(tmp_path / "systemctl.json"),
         SYSTEMCTL_LOG=str(tmp_path / "systemctl.log"),
         SYSTEMCTL_HOLDERS="nvidia-dcgm.service nvidia-persistenced.service",

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, H200_HOST
+from simnode import FIXTURES, H200_HOST
 
 from gpu_provision.rig.mirror import REPOS, MirrorInfo, build_mirror
 

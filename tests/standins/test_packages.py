@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from conftest import H200X2_HOST
+from simnode import H200X2_HOST
 
 from gpu_provision.rig import debs
 

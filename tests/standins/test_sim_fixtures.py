@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import FIXTURE_QUERY, FIXTURES, H200_HOST, H200X2_HOST, SimNode, fixture_clock
+from simnode import FIXTURE_QUERY, FIXTURES, H200_HOST, H200X2_HOST, SimNode, fixture_clock
 
 
 def _host(node: SimNode, gpus: list[dict], stamp: str, persistence: bool = True) -> None:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import H200_HOST, H200X2_HOST, SIM, SimNode
+from simnode import H200_HOST, H200X2_HOST, SIM, SimNode
 
 A100_40 = [{"model": "A100-40GB", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000a1",
             "pci_bus_id": "00000000:07:00.0", "serial": "1562021001122"}]
