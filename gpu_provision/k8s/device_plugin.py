@@ -23,6 +23,15 @@ NAME = "nvidia-device-plugin"
 CONFIGMAP = "nvidia-device-plugin-configs"
 DEFAULT_CONFIG = "default"
 MPS_ROOT = "/run/nvidia/mps"
+MPS_VOLUMES = (
+    {"name": "mps-root", "hostPath": {"path": MPS_ROOT, "type": "DirectoryOrCreate"}},
+    {"name": "mps-shm", "hostPath": {"path": f"{MPS_ROOT}/shm"}},
+)
+#: Every node's config (the ConfigMap) and the one chosen for this node (written by the config manager).
+CONFIG_VOLUMES = (
+    {"name": "available-configs", "configMap": {"name": CONFIGMAP}},
+    {"name": "config", "emptyDir": {}},
+)
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -144,24 +153,12 @@ def daemonset(cluster: Cluster) -> Obj:
         "volumes": [
             {"name": "kubelet-device-plugins-dir",
              "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
-            {"name": "mps-root", "hostPath": {"path": MPS_ROOT, "type": "DirectoryOrCreate"}},
-            {"name": "mps-shm", "hostPath": {"path": f"{MPS_ROOT}/shm"}},
+            *MPS_VOLUMES,
             {"name": "cdi-root", "hostPath": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}},
-            {"name": "available-configs", "configMap": {"name": CONFIGMAP}},
-            {"name": "config", "emptyDir": {}},
+            *CONFIG_VOLUMES,
         ],
     }
-    runtime = runtime_class_name(cluster)
-    if runtime:
-        pod["runtimeClassName"] = runtime
-    selector = {"app.kubernetes.io/name": NAME}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": meta(NAME, NAMESPACE, selector),
-        "spec": {"selector": {"matchLabels": selector}, "updateStrategy": {"type": "RollingUpdate"},
-                 "template": {"metadata": {"labels": selector}, "spec": pod}},
-    }
+    return _daemonset(cluster, NAME, pod)
 
 
 def mps_control_daemon(cluster: Cluster) -> Obj:
@@ -203,12 +200,21 @@ def mps_control_daemon(cluster: Cluster) -> Obj:
                               *configs]},
         ],
         "volumes": [
-            {"name": "mps-root", "hostPath": {"path": MPS_ROOT, "type": "DirectoryOrCreate"}},
-            {"name": "mps-shm", "hostPath": {"path": f"{MPS_ROOT}/shm"}},
-            {"name": "available-configs", "configMap": {"name": CONFIGMAP}},
-            {"name": "config", "emptyDir": {}},
+            *MPS_VOLUMES,
+            *CONFIG_VOLUMES,
         ],
     }
+    return _daemonset(cluster, name, pod)
+
+
+def manifests(cluster: Cluster) -> list[Obj]:
+    """Every object of the device plugin, in apply order (the MPS control daemon only where MPS is used)."""
+    return [*rbac(), configmap(cluster), daemonset(cluster), *([mps_control_daemon(cluster)] if uses_mps(cluster)
+                                                               else [])]
+
+
+def _daemonset(cluster: Cluster, name: str, pod: dict[str, Any]) -> Obj:
+    """A kube-system DaemonSet ``name`` running ``pod`` (through the nvidia runtime class where there is one)."""
     runtime = runtime_class_name(cluster)
     if runtime:
         pod["runtimeClassName"] = runtime
@@ -220,9 +226,3 @@ def mps_control_daemon(cluster: Cluster) -> Obj:
         "spec": {"selector": {"matchLabels": selector}, "updateStrategy": {"type": "RollingUpdate"},
                  "template": {"metadata": {"labels": selector}, "spec": pod}},
     }
-
-
-def manifests(cluster: Cluster) -> list[Obj]:
-    """Every object of the device plugin, in apply order (the MPS control daemon only where MPS is used)."""
-    return [*rbac(), configmap(cluster), daemonset(cluster), *([mps_control_daemon(cluster)] if uses_mps(cluster)
-                                                               else [])]
