@@ -125,6 +125,18 @@ def persistence_check(gpu: dict[str, Any], expect: dict[str, Any]) -> Check:
                  f"persistence mode is {'on' if actual else 'off'}, expected {'on' if want else 'off'}", **subject)
 
 
+
+def _state(enabled: Any) -> str:
+    return "enabled" if enabled else "disabled"
+
+
+def _mode_check(check_id: str, current: Any, pending: Any, want: Any, subject: dict[str, Any],
+                pending_reason: str, wrong_reason: str) -> Check:
+    """A mode the driver reports as current and pending: a pending change fails, else current must be wanted."""
+    if pending is not None and pending != current:
+        return failed(check_id, {"current": current, "pending": pending}, want, pending_reason, **subject)
+    return judge(check_id, current == want, current, want, wrong_reason, **subject)
+
 def ecc_checks(gpu: dict[str, Any], expect: dict[str, Any]) -> list[Check]:
     """gpuN.ecc.mode, gpuN.ecc.uncorrected, gpuN.ecc.remapped_rows, gpuN.ecc.retired_pages."""
     index, subject = gpu["index"], _subject(gpu["index"])
@@ -134,13 +146,10 @@ def ecc_checks(gpu: dict[str, Any], expect: dict[str, Any]) -> list[Check]:
     if current is None:
         checks.append(skipped(f"gpu{index}.ecc.mode", "ECC mode not reported (GPU without ECC?)",
                               expected=want, **subject))
-    elif pending is not None and pending != current:
-        checks.append(failed(f"gpu{index}.ecc.mode", {"current": current, "pending": pending}, want,
-                             "ECC mode change pending: takes effect after a GPU reset or reboot", **subject))
     else:
-        checks.append(judge(f"gpu{index}.ecc.mode", current == want, current, want,
-                            f"ECC is {'enabled' if current else 'disabled'}, expected "
-                            f"{'enabled' if want else 'disabled'}", **subject))
+        checks.append(_mode_check(f"gpu{index}.ecc.mode", current, pending, want, subject,
+                                  "ECC mode change pending: takes effect after a GPU reset or reboot",
+                                  f"ECC is {_state(current)}, expected {_state(want)}"))
     volatile = gpu.get("ecc_uncorrected_volatile")
     if volatile is None:
         checks.append(skipped(f"gpu{index}.ecc.uncorrected", "uncorrected ECC counters not reported",
@@ -222,13 +231,9 @@ def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, 
             checks.append(skipped(f"gpu{index}.mig.mode", "GPU is not MIG-capable; none wanted", expected=False,
                                   **subject))
         return checks
-    if pending is not None and pending != current:
-        checks.append(failed(f"gpu{index}.mig.mode", {"current": current, "pending": pending}, want_enabled,
-                             "MIG mode change pending: reset the GPU to apply it", **subject))
-    else:
-        checks.append(judge(f"gpu{index}.mig.mode", current == want_enabled, current, want_enabled,
-                            f"MIG is {'enabled' if current else 'disabled'}, the cluster file wants it "
-                            f"{'enabled' if want_enabled else 'disabled'}", **subject))
+    checks.append(_mode_check(f"gpu{index}.mig.mode", current, pending, want_enabled, subject,
+                              "MIG mode change pending: reset the GPU to apply it",
+                              f"MIG is {_state(current)}, the cluster file wants it {_state(want_enabled)}"))
     if not want_enabled:
         return checks
     expected_layout = sorted(({"profile": i["profile"], "start": int(i["start"]), "size": int(i["size"])}
