@@ -16,12 +16,12 @@ import shutil
 import subprocess
 import sys
 
-from gpu_provision import agent_mig
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.mig import layout
-from gpu_provision.mig.layout import MODE_HOLDERS
+from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import desired_placements, layout_drift, mig_actions
-from gpu_provision.probe.sections import mig as mig_probe
+from gpu_provision.node.mig import layout
+from gpu_provision.node.mig.layout import MODE_HOLDERS
+from gpu_provision.node.probe import mig as mig_probe
 from gpu_provision.spec import catalog, load_cluster
 
 

@@ -1,2 +1,2 @@
-"""MIG and vGPU layout decisions: :mod:`.layout` and :mod:`.vgpu` (plain data, shared with the node-side applier)
-and :mod:`.plan` (the controller's typed entry points)."""
+"""The controller side of MIG and vGPU: :mod:`.plan` (typed entry points over the node-side decision in
+:mod:`gpu_provision.node.mig`) and :mod:`.install` (the applier's files, layout files and boot unit on a node)."""

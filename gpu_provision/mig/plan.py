@@ -1,6 +1,6 @@
 """The controller's view of a MIG change: the cluster model's layouts against a node's probed ``mig`` section.
 
-Thin typed wrappers around :mod:`gpu_provision.mig.layout`, which holds the decision itself (shared with the
+Thin typed wrappers around :mod:`gpu_provision.node.mig.layout`, which holds the decision itself (shared with the
 node-side applier so both sides agree by construction).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_provision.mig import layout
-from gpu_provision.mig.layout import Action
+from gpu_provision.node.mig import layout
+from gpu_provision.node.mig.layout import Action
 from gpu_provision.spec import mig as spec_mig
 from gpu_provision.spec.catalog import GpuModel, MigTable
 from gpu_provision.spec.model import MigLayout
@@ -57,7 +57,7 @@ def layout_drift(desired: dict[int, MigLayout], actual: dict[str, Any], model: G
 
 
 def table_dict(table: MigTable) -> dict[str, Any]:
-    """A catalog MIG table in the plain form :func:`gpu_provision.mig.layout.plan_placements` reads."""
+    """A catalog MIG table in the plain form :func:`gpu_provision.node.mig.layout.plan_placements` reads."""
     return {
         "memory_slices": table.memory_slices,
         "compute_slices": table.compute_slices,

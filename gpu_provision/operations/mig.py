@@ -14,9 +14,9 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpu_provision import agent_mig
-from gpu_provision.mig.layout import MODE_HOLDERS, Action
+from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import mig_actions
+from gpu_provision.node.mig.layout import MODE_HOLDERS, Action
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed
 from gpu_provision.spec import catalog
 from gpu_provision.spec.model import Node

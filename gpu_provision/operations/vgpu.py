@@ -1,6 +1,6 @@
 """The vGPU operation: SR-IOV virtual functions enabled and the cluster file's vGPU types on them.
 
-The decision is :func:`gpu_provision.mig.vgpu.plan_vgpu` on the node's probed ``mig`` section (its sysfs part); the
+The decision is :func:`gpu_provision.node.mig.vgpu.plan_vgpu` on the node's probed ``mig`` section (its sysfs part); the
 applier (``mig_apply.py vgpu``) makes the change step by step, probing again after each write because the driver
 changes what the other virtual functions offer.
 """
@@ -12,8 +12,8 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpu_provision import agent_mig
-from gpu_provision.mig.vgpu import VgpuAction, plan_vgpu
+from gpu_provision.mig import install as agent_mig
+from gpu_provision.node.mig.vgpu import VgpuAction, plan_vgpu
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed
 from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData, Request

@@ -30,7 +30,7 @@ print(json.dumps(out, sort_keys=True))
 @cache
 def section_sources() -> dict[str, str]:
     """Source of every probe section, by name."""
-    folder = resources.files("gpu_provision.probe.sections")
+    folder = resources.files("gpu_provision.node.probe")
     return {
         entry.name[:-3]: entry.read_text()
         for entry in sorted(folder.iterdir(), key=lambda e: e.name)

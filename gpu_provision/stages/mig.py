@@ -13,12 +13,12 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
-from gpu_provision import agent_mig
 from gpu_provision.desired import Difference, FileWant, UnitWant, Want, request_for
 from gpu_provision.inventory import cluster_for, node_for
-from gpu_provision.mig import vgpu as vgpu_plan
-from gpu_provision.mig.layout import MODE_HOLDERS
+from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import layout_drift
+from gpu_provision.node.mig import vgpu as vgpu_plan
+from gpu_provision.node.mig.layout import MODE_HOLDERS
 from gpu_provision.operations import commands, files
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops

@@ -23,8 +23,8 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def _agent_files() -> list[tuple[str, bytes]]:
-    """Every .py file of gpu_provision.agent (vendor included) with its path inside the package."""
-    root = resources.files("gpu_provision.agent")
+    """Every .py file of gpu_provision.node.verify (vendor included) with its path inside the package."""
+    root = resources.files("gpu_provision.node.verify")
     found: list[tuple[str, bytes]] = []
 
     def walk(node: object, prefix: str) -> None:

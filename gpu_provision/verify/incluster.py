@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from gpu_provision.agent import checks as agent_checks
-from gpu_provision.agent.report import Check, summarize
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.node.verify import checks as agent_checks
+from gpu_provision.node.verify.report import Check, summarize
 from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
 from gpu_provision.verify.report import error_report, parse_report
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpu_provision.agent import checks, nvsmi
+from gpu_provision.node.verify import checks, nvsmi
 from gpu_provision.verify.expect import build_expectations
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.agent import nvsmi
+from gpu_provision.node.verify import nvsmi
 
-AGENT = Path(__file__).resolve().parents[2] / "gpu_provision" / "agent"
+AGENT = Path(__file__).resolve().parents[2] / "gpu_provision" / "node" / "verify"
 
 
 def test_query_xml_one_gpu(fixtures: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from agentsim import by_id
 
-from gpu_provision.agent import runtime
+from gpu_provision.node.verify import runtime
 
 
 def stand_in(bin_dir: Path, name: str, body: str) -> Path:

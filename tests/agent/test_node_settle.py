@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_provision.agent import runtime
+from gpu_provision.node.verify import runtime
 
 
 def _node(allocatable: dict[str, str]) -> dict:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_provision.node.probe import runtime
 from gpu_provision.probe import bundle
-from gpu_provision.probe.sections import runtime
 
 # Output of the real tools (nvidia-ctk 1.17.8, Docker's containerd.io 1.7.24, Debian 12's docker.io).
 TOOLS = {

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-SECTION = Path(__file__).resolve().parents[2] / "gpu_provision" / "probe" / "sections" / "kubernetes.py"
+SECTION = Path(__file__).resolve().parents[2] / "gpu_provision" / "node" / "probe" / "kubernetes.py"
 
 FAKE_KUBECTL = """#!/usr/bin/env python3
 import json, sys

@@ -24,7 +24,7 @@ def mig_node(tmp_path: Path) -> Iterator[MigNode]:
 @pytest.fixture
 def h200_table() -> dict:
     """The H200 profile table as the driver printed it (tests/fixtures/h200 -lgip and -lgipp)."""
-    from gpu_provision.probe.sections import mig as probe
+    from gpu_provision.node.probe import mig as probe
 
     rows = probe.parse_lgip((H200_FIXTURES / "nvidia-smi_mig_-lgip.txt").read_text())
     placements = probe.parse_lgipp((H200_FIXTURES / "nvidia-smi_mig_-lgipp.txt").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import simtree
 
-from gpu_provision.agent_mig import applier_files
+from gpu_provision.mig.install import applier_files
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"

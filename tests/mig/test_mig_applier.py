@@ -8,7 +8,7 @@ import time
 
 from migsim import MigNode
 
-from gpu_provision.probe.sections.mig import parse_lgi
+from gpu_provision.node.probe.mig import parse_lgi
 
 BALANCED = ["2g.35gb@0:2", "1g.18gb@2:1", "1g.18gb@3:1", "3g.71gb@4:4"]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from migsim import MigNode
 
-from gpu_provision.mig import layout
 from gpu_provision.mig.plan import mig_actions, table_dict
+from gpu_provision.node.mig import layout
 from gpu_provision.spec import catalog, load_cluster
 
 HERE = Path(__file__).resolve().parent

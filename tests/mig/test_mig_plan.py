@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.mig import layout
-from gpu_provision.mig.layout import Action
 from gpu_provision.mig.plan import layout_drift, mig_actions, table_dict
-from gpu_provision.probe.sections import mig as probe
+from gpu_provision.node.mig import layout
+from gpu_provision.node.mig.layout import Action
+from gpu_provision.node.probe import mig as probe
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec import mig as spec_mig
 from gpu_provision.spec.model import MigLayout, MigPlacement

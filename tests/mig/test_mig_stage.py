@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 
-from gpu_provision import agent_mig
 from gpu_provision.desired import FileWant, UnitWant
-from gpu_provision.mig import layout
+from gpu_provision.mig import install as agent_mig
+from gpu_provision.node.mig import layout
+from gpu_provision.node.probe import mig as probe
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
-from gpu_provision.probe.sections import mig as probe
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec.migparted import check_document, node_config
 from gpu_provision.stages import mig as stage

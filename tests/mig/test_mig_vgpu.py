@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from migsim import MigNode
 
-from gpu_provision.mig import vgpu
-from gpu_provision.probe.sections import mig as probe
+from gpu_provision.node.mig import vgpu
+from gpu_provision.node.probe import mig as probe
 
 TREE = Path(__file__).resolve().parent / "fixtures" / "sysfs-h200-vgpu"
 PF = "0000:41:00.0"

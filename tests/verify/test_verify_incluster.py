@@ -67,7 +67,7 @@ def test_manifests_are_valid_kubernetes_objects(expectations: dict[str, dict]) -
 
 
 def test_pod_manifest_of_the_agent_is_valid() -> None:
-    from gpu_provision.agent import runtime
+    from gpu_provision.node.verify import runtime
 
     pod = runtime.pod_manifest({"node_name": "gpu-01", "pod_image": "python:3.12-slim"}, "nvidia.com/gpu")
     kubernetes_validate.validate(pod, "1.31.0", strict=True)

@@ -2,13 +2,13 @@
 
 This module is the single source of what must happen to a node's GPUs. The controller calls it (through
 :mod:`gpu_provision.mig.plan`) for ``--dry`` runs, drift and ``mig-assert``; the node-side applier
-(:mod:`gpu_provision.agent_mig.mig_apply`, shipped as ``mig_layout.py``) calls it to act. So it stays
+(:mod:`gpu_provision.node.mig.apply`, shipped as ``mig_layout.py``) calls it to act. So it stays
 self-contained: Python 3.9+, standard library only, no imports from this project.
 
 Inputs:
 
 * desired, per GPU index: ``{"enabled": bool, "placements": [(profile, start, size), ...]}``;
-* the ``mig`` probe section (:mod:`gpu_provision.probe.sections.mig`): GPUs with ``mig_current``/``mig_pending``,
+* the ``mig`` probe section (:mod:`gpu_provision.node.probe.mig`): GPUs with ``mig_current``/``mig_pending``,
   their GPU instances (``gis``, each with ``cis``), and GPU processes.
 
 Placement is given to the driver explicitly (``nvidia-smi mig -cgi <profile>:<start>``). NVIDIA's own pages do not

@@ -35,7 +35,7 @@ def self_command() -> tuple[list[str], dict[str, str]]:
     loader = type(globals().get("__loader__")).__name__
     if loader == "zipimporter" or sys.argv[0].endswith(".pyz"):
         return [sys.executable, sys.argv[0]], env
-    package = __package__ or "gpu_provision.agent"
+    package = __package__ or "gpu_provision.node.verify"
     root = os.path.dirname(os.path.abspath(__file__))
     for _ in range(package.count(".") + 1):
         root = os.path.dirname(root)

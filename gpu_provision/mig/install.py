@@ -2,10 +2,10 @@
 
 On a node (Python 3.9+, standard library only)::
 
-    /usr/local/lib/gpu-provision/mig/mig_apply.py   the applier (gpu_provision/agent_mig/mig_apply.py)
-    /usr/local/lib/gpu-provision/mig/mig_probe.py   the probe's mig section (gpu_provision/probe/sections/mig.py)
-    /usr/local/lib/gpu-provision/mig/mig_layout.py  the MIG decision (gpu_provision/mig/layout.py)
-    /usr/local/lib/gpu-provision/mig/mig_vgpu.py    the vGPU decision (gpu_provision/mig/vgpu.py)
+    /usr/local/lib/gpu-provision/mig/mig_apply.py   the applier (gpu_provision/node/mig/apply.py)
+    /usr/local/lib/gpu-provision/mig/mig_probe.py   the probe's mig section (gpu_provision/node/probe/mig.py)
+    /usr/local/lib/gpu-provision/mig/mig_layout.py  the MIG decision (gpu_provision/node/mig/layout.py)
+    /usr/local/lib/gpu-provision/mig/mig_vgpu.py    the vGPU decision (gpu_provision/node/mig/vgpu.py)
     /etc/gpu-provision/mig-layout.yaml             the node's layout, mig-parted ``version: v1`` written as JSON
     /etc/gpu-provision/vgpu.json                   the node's vGPU types (vGPU hosts only)
     /etc/systemd/system/gpu-provision-mig.service  re-applies both at boot, before the container runtime and kubelet
@@ -30,10 +30,10 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
 
 #: Shipped name -> (package, file) of its source.
 SOURCES = {
-    "mig_apply.py": ("gpu_provision.agent_mig", "mig_apply.py"),
-    "mig_probe.py": ("gpu_provision.probe.sections", "mig.py"),
-    "mig_layout.py": ("gpu_provision.mig", "layout.py"),
-    "mig_vgpu.py": ("gpu_provision.mig", "vgpu.py"),
+    "mig_apply.py": ("gpu_provision.node.mig", "apply.py"),
+    "mig_probe.py": ("gpu_provision.node.probe", "mig.py"),
+    "mig_layout.py": ("gpu_provision.node.mig", "layout.py"),
+    "mig_vgpu.py": ("gpu_provision.node.mig", "vgpu.py"),
 }
 
 UNIT = """\
