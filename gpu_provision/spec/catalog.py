@@ -1,17 +1,16 @@
 """GPU model data: product names, PCI ids, architecture, bandwidth, driver minimums, MIG and vGPU tables.
 
-The facts live in ``gpu_provision/data/gpus/<MODEL>.json``, one file per model, each naming its sources; this module
-only reads them.
+The facts live in ``gpu_provision/data/gpus/<MODEL>.json``, one file per model, each naming its sources; they are
+read by :mod:`gpu_provision.node.catalog` (the one reader) and typed here.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
+from typing import Any
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "gpus"
+from gpu_provision.node import catalog as files
 
 
 @dataclass(frozen=True)
@@ -71,8 +70,7 @@ class GpuModel:
         return self.architecture in ("turing", "ampere", "ada", "hopper", "blackwell")
 
 
-def _load(path: Path) -> GpuModel:
-    doc = json.loads(path.read_text())
+def _typed(doc: dict[str, Any]) -> GpuModel:
     mig = None
     if "mig" in doc:
         m = doc["mig"]
@@ -104,7 +102,7 @@ def _load(path: Path) -> GpuModel:
 @cache
 def models() -> dict[str, GpuModel]:
     """Every known model by key (``"H200"``, ``"A100-80GB"``, ...)."""
-    return {m.key: m for m in (_load(p) for p in sorted(DATA_DIR.glob("*.json")))}
+    return {key: _typed(doc) for key, doc in files.load_models().items()}
 
 
 def model(key: str) -> GpuModel | None:
