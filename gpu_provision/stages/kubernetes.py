@@ -27,7 +27,9 @@ from gpu_provision.k8s import bundle, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
 from gpu_provision.k8s.objects import as_list, key, to_text
 from gpu_provision.operations import commands, files, packages, repos, services
-from gpu_provision.operations import kubernetes as ops
+from gpu_provision.operations.kubernetes import labels, membership, prerequisites
+from gpu_provision.operations.kubernetes import manifests as manifest_ops
+from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -83,9 +85,10 @@ def manifest_path(name: str) -> str:
     return f"{CONFIG_DIR}/{name}.json"
 
 
-def manifests(cluster: Cluster) -> list[ops.Manifest]:
+def manifests(cluster: Cluster) -> list[manifest_ops.Manifest]:
     """Every manifest applied from the first control plane, with its file path."""
-    return [ops.Manifest(name, manifest_path(name), tuple(objs)) for name, objs in bundle.manifests(cluster).items()]
+    return [manifest_ops.Manifest(name, manifest_path(name), tuple(objs))
+            for name, objs in bundle.manifests(cluster).items()]
 
 
 def package_wants(cluster: Cluster) -> list[PackageWant]:
@@ -144,9 +147,9 @@ def request(node: Node, cluster: Cluster) -> Request:
     empty = NodeStateData({})
     req = request_for([*package_wants(cluster), *prerequisite_files(), UnitWant("kubelet")])
     req = req.merge(repos.repository_request(REPO_ID))
-    req = req.merge(Request(files={ops.FSTAB, ops.ADMIN_CONF, ops.KUBELET_CONF,
+    req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF,
                                    *(f"/sys/module/{m}" for m in MODULES)},
-                            contents={ops.FSTAB}, sysctls=set(SYSCTLS), sections={"system", "kubernetes"}))
+                            contents={prerequisites.FSTAB}, sysctls=set(SYSCTLS), sections={"system", "kubernetes"}))
     if is_first(node, cluster):
         cp_files: list[Want] = list(control_plane_files(node, cluster, empty))
         req = req.merge(request_for(cp_files))
@@ -181,7 +184,7 @@ def _api_differences(cluster: Cluster, api: dict) -> list[Difference]:
     rendered = set()
     for manifest in manifests(cluster):
         rendered |= {"/".join(key(o)) for o in manifest.objects}
-        for ident in ops.stale_objects(manifest, api):
+        for ident in manifest_ops.stale_objects(manifest, api):
             present = ident in api.get("objects", {})
             out.append(Difference("k8s-object", ident, "as in the cluster file", "other content" if present
                                   else "absent", NAME))
@@ -199,11 +202,11 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     out: list[Difference] = []
     if state.system.get("swaps"):
         out.append(Difference("swap", "active", "off", ", ".join(state.system["swaps"]), NAME))
-    entries = ops.fstab_swap_lines(state.file(ops.FSTAB).content or "")
+    entries = prerequisites.fstab_swap_lines(state.file(prerequisites.FSTAB).content or "")
     if entries:
-        out.append(Difference("swap", ops.FSTAB, "no active swap entries", "; ".join(entries), NAME))
+        out.append(Difference("swap", prerequisites.FSTAB, "no active swap entries", "; ".join(entries), NAME))
     for module in MODULES:
-        if not ops.module_present(state, module):
+        if not prerequisites.module_present(state, module):
             out.append(Difference("kernel-module", module, "loaded", "not loaded", NAME))
     running = state.system.get("sysctls", {})
     for name, value in SYSCTLS.items():
@@ -211,7 +214,7 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
             out.append(Difference("sysctl", name, value, running.get(name), NAME))
     section = state.section("kubernetes")
     if not joined(node, cluster, state):
-        what = ops.ADMIN_CONF if is_first(node, cluster) else ops.KUBELET_CONF
+        what = ADMIN_CONF if is_first(node, cluster) else KUBELET_CONF
         out.append(Difference("kubeadm", "init" if is_first(node, cluster) else "join", f"{what} present",
                               "absent", NAME))
     elif is_first(node, cluster):
@@ -232,10 +235,10 @@ def kubernetes() -> None:
     cluster = cluster_for(host)
     if not manages(cluster):
         return
-    ops.swap_off(name="Swap off, fstab swap entries commented out")
+    prerequisites.swap_off(name="Swap off, fstab swap entries commented out")
     files.wants(name="Kernel modules at boot and Kubernetes sysctls", wants=prerequisite_files())
-    ops.modules_loaded(name="Kernel modules overlay and br_netfilter loaded", modules=MODULES)
-    ops.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)
+    prerequisites.modules_loaded(name="Kernel modules overlay and br_netfilter loaded", modules=MODULES)
+    prerequisites.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)
     repos.apt_repository(name="Kubernetes repository", repo_id=REPO_ID, repo=cluster.mirrors.kubernetes,
                          k8s_minor=cluster.kubernetes.minor)
     packages.wants(name=f"kubelet, kubeadm, kubectl {cluster.kubernetes.version} held", wants=package_wants(cluster))
@@ -245,24 +248,25 @@ def kubernetes() -> None:
         return
     # Every host calls the same operations up to here (each does nothing where it does not apply), so pyinfra
     # runs kubeadm init on the first control plane before any other host joins.
-    files.wants(name="kubeadm init configuration", request=ops.kubernetes_request(),
+    files.wants(name="kubeadm init configuration", request=kubernetes_request(),
                 wants=lambda state: [FileWant(INIT_CONFIG, content=init_config_text(cluster, node, state),
                                               mode="0600", backup=False)] if node.name == first.name else [])
-    ops.init(name="kubeadm init", config_path=INIT_CONFIG, first_control_plane=first.name)
-    ops.join(name="kubeadm join", cluster=cluster, node=node, control_plane=first.name)
+    membership.init(name="kubeadm init", config_path=INIT_CONFIG, first_control_plane=first.name)
+    membership.join(name="kubeadm join", cluster=cluster, node=node, control_plane=first.name)
     services.wants(name="kubelet running", wants=[UnitWant("kubelet", enabled=True, running=True)])
     if node.name != first.name:
         return
     source = cni.manifest_source(cluster)
-    ops.cni_applied(name=f"CNI {cluster.kubernetes.cni}", source=source, registry=cluster.mirrors.registry,
-                    daemonset=f"{cni.cni(cluster).namespace}/{cni.cni(cluster).daemonset}", path=CNI_MANIFEST)
+    manifest_ops.cni_applied(name=f"CNI {cluster.kubernetes.cni}", source=source,
+                             registry=cluster.mirrors.registry,
+                             daemonset=f"{cni.cni(cluster).namespace}/{cni.cni(cluster).daemonset}", path=CNI_MANIFEST)
     others = [f for f in control_plane_files(node, cluster, NodeStateData({})) if f.path != INIT_CONFIG]
     if others:
         files.wants(name="Kubernetes manifests and scrape file", wants=others)
     for manifest in manifests(cluster):
-        ops.manifest_applied(name=f"Manifest {manifest.name} applied", manifest=manifest)
-    ops.node_labels(name="Node labels and taints",
-                    wanted={n.name: (k8s_nodes.labels(n), n.taints) for n in cluster.nodes})
+        manifest_ops.manifest_applied(name=f"Manifest {manifest.name} applied", manifest=manifest)
+    labels.node_labels(name="Node labels and taints",
+                       wanted={n.name: (k8s_nodes.labels(n), n.taints) for n in cluster.nodes})
 
 
 def standalone() -> None:

@@ -15,7 +15,8 @@ from fakehost import FakeHost, raw_commands, run_op
 from gpu_provision.k8s import teams
 from gpu_provision.k8s.objects import HASH_ANNOTATION, content_hash
 from gpu_provision.operations import files
-from gpu_provision.operations import kubernetes as ops
+from gpu_provision.operations.kubernetes import labels, manifests, membership, prerequisites
+from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF
 from gpu_provision.spec.model import Cluster
 
 FSTAB = """\
@@ -42,12 +43,12 @@ def api(objects: dict[str, str] | None = None, daemonsets: list[str] | None = No
 
 
 def test_fstab_swap_lines() -> None:
-    assert ops.fstab_swap_lines(FSTAB) == ["/swapfile none swap sw 0 0", "UUID=abcd none\tswap\tsw\t0\t0"]
+    assert prerequisites.fstab_swap_lines(FSTAB) == ["/swapfile none swap sw 0 0", "UUID=abcd none\tswap\tsw\t0\t0"]
 
 
 def test_swap_off_turns_swap_off_and_comments_fstab(tmp_path) -> None:
     host = FakeHost({"system": {"swaps": ["/swapfile"]}, "files": {"/etc/fstab": file_entry(FSTAB)}})
-    commands = run_op(ops.swap_off, host)
+    commands = run_op(prerequisites.swap_off, host)
     assert commands[:2] == ["swapoff -a", "cp -a /etc/fstab /etc/fstab.gpu-provision.bak"]
     assert commands[3] == "if command -v systemctl >/dev/null; then systemctl daemon-reload; fi"
     # Run the generated sed on a copy: only the active swap lines change.
@@ -55,14 +56,14 @@ def test_swap_off_turns_swap_off_and_comments_fstab(tmp_path) -> None:
     fstab.write_text(FSTAB)
     subprocess.run(commands[2].replace("/etc/fstab", shlex.quote(str(fstab))), shell=True, check=True)
     edited = fstab.read_text()
-    assert ops.fstab_swap_lines(edited) == []
+    assert prerequisites.fstab_swap_lines(edited) == []
     assert "# /swapfile none swap sw 0 0" in edited and "UUID=1234 / ext4 errors=remount-ro 0 1" in edited
     assert edited.count("\n") == FSTAB.count("\n")
 
 
 def test_swap_off_converged() -> None:
     host = FakeHost({"system": {"swaps": []}, "files": {"/etc/fstab": file_entry("UUID=1 / ext4 defaults 0 1\n")}})
-    assert run_op(ops.swap_off, host) == []
+    assert run_op(prerequisites.swap_off, host) == []
     assert host.noops == ["swap already off"]
 
 
@@ -78,7 +79,7 @@ def test_modules_loaded(modules: list[str], sys_module: list[str], features: dic
     raw = {"system": {"modules": modules}, "kubernetes": {"module_features": features},
            "files": {f"/sys/module/{m}": {"exists": True, "type": "dir"} for m in sys_module}}
     host = FakeHost(raw)
-    assert run_op(ops.modules_loaded, host, modules=("overlay", "br_netfilter")) == expected
+    assert run_op(prerequisites.modules_loaded, host, modules=("overlay", "br_netfilter")) == expected
     if not expected:
         assert "already loaded" in host.noops[-1]
 
@@ -90,38 +91,38 @@ APPLY = "sysctl --system >/dev/null 2>&1 || sysctl -p /etc/sysctl.d/99-kubernete
 def test_sysctls_applied_only_when_file_changed_or_values_differ() -> None:
     good = {"system": {"sysctls": dict(SYSCTLS)}}
     host = FakeHost(good)
-    assert run_op(ops.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == []
+    assert run_op(prerequisites.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == []
     host = FakeHost(good)
     files.record_changed(host, ["/etc/sysctl.d/99-kubernetes.conf"])
-    assert run_op(ops.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
+    assert run_op(prerequisites.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
         APPLY]
     host = FakeHost({"system": {"sysctls": {**SYSCTLS, "net.ipv4.ip_forward": "0"}}})
-    assert run_op(ops.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
+    assert run_op(prerequisites.sysctls_applied, host, path="/etc/sysctl.d/99-kubernetes.conf", values=SYSCTLS) == [
         APPLY]
 
 
 def test_init_is_guarded_by_admin_conf() -> None:
     path = "/etc/gpu-provision/kubernetes/kubeadm-init.yaml"
-    done = FakeHost({"files": {ops.ADMIN_CONF: file_entry()}}, name="cp-01")
-    assert run_op(ops.init, done, config_path=path, first_control_plane="cp-01") == []
+    done = FakeHost({"files": {ADMIN_CONF: file_entry()}}, name="cp-01")
+    assert run_op(membership.init, done, config_path=path, first_control_plane="cp-01") == []
     other = FakeHost({"files": {}}, name="gpu-01")
-    assert run_op(ops.init, other, config_path=path, first_control_plane="cp-01") == []
+    assert run_op(membership.init, other, config_path=path, first_control_plane="cp-01") == []
     assert other.noops == ["cp-01 initialises the cluster"]
     fresh = FakeHost({"files": {}}, name="cp-01")
-    (command,) = run_op(ops.init, fresh, config_path=path, first_control_plane="cp-01")
+    (command,) = run_op(membership.init, fresh, config_path=path, first_control_plane="cp-01")
     assert command.startswith("kubeadm init --config /etc/gpu-provision/kubernetes/kubeadm-init.yaml "
                               "--skip-token-print > /var/log/")
 
 
 def test_join_is_guarded_by_kubelet_conf(example: Cluster) -> None:
     node = example.node("h200-01")
-    host = FakeHost({"files": {ops.KUBELET_CONF: file_entry()}})
-    assert run_op(ops.join, host, cluster=example, node=node, control_plane="cp-01") == []
+    host = FakeHost({"files": {KUBELET_CONF: file_entry()}})
+    assert run_op(membership.join, host, cluster=example, node=node, control_plane="cp-01") == []
     assert host.noops == ["node already joined"]
     host = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.12"]}})
-    assert run_op(ops.join, host, cluster=example, node=node, control_plane="cp-01") == [["call", "do_join"]]
+    assert run_op(membership.join, host, cluster=example, node=node, control_plane="cp-01") == [["call", "do_join"]]
     host = FakeHost({"files": {}}, name="cp-01")
-    assert run_op(ops.join, host, cluster=example, node=example.node("cp-01"), control_plane="cp-01") == []
+    assert run_op(membership.join, host, cluster=example, node=example.node("cp-01"), control_plane="cp-01") == []
 
 
 def _join(example: Cluster, node_name: str, replies: dict[str, Any], worker_ok: bool = True):
@@ -130,7 +131,7 @@ def _join(example: Cluster, node_name: str, replies: dict[str, Any], worker_ok: 
                       replies={"umask 077": (worker_ok, [], [] if worker_ok else [f"bad token {TOKEN}", "failed"])})
     state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name, default: control if name == "cp-01"
                                                       else default))
-    (command,) = raw_commands(ops.join, worker, cluster=example, node=example.node(node_name), control_plane="cp-01")
+    (command,) = raw_commands(membership.join, worker, cluster=example, node=example.node(node_name), control_plane="cp-01")
     result = command.function(state, worker, *command.args, **command.kwargs)
     return result, control, worker, command
 
@@ -140,8 +141,8 @@ def test_worker_join_passes_the_token_on_stdin_only(example: Cluster) -> None:
     assert ok is True
     assert [c for c, _ in control.ran] == ["kubeadm token create --ttl 15m --print-join-command"]
     ((script, stdin),) = worker.ran
-    assert TOKEN not in script and script == ops.join_script()
-    assert "umask 077" in script and f"rm -f {ops.JOIN_FILE}" in script
+    assert TOKEN not in script and script == membership.join_script()
+    assert "umask 077" in script and f"rm -f {membership.JOIN_FILE}" in script
     config = json.loads(stdin)
     assert config["kind"] == "JoinConfiguration" and "controlPlane" not in config
     assert config["discovery"]["bootstrapToken"] == {"apiServerEndpoint": "10.77.0.11:6443", "token": TOKEN,
@@ -159,7 +160,7 @@ def test_control_plane_join_adds_the_certificate_key(example: Cluster) -> None:
     control = FakeHost({}, name="cp-01", replies=replies)
     worker = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.13"]}}, name="cp-02")
     state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name, default: control))
-    (command,) = raw_commands(ops.join, worker, cluster=cluster, node=cluster.node("cp-02"), control_plane="cp-01")
+    (command,) = raw_commands(membership.join, worker, cluster=cluster, node=cluster.node("cp-02"), control_plane="cp-01")
     assert command.function(state, worker, *command.args, **command.kwargs) is True
     config = json.loads(worker.ran[0][1])
     assert config["controlPlane"] == {"certificateKey": CERT_KEY,
@@ -179,16 +180,16 @@ def test_join_fails_when_the_control_plane_makes_no_token(example: Cluster) -> N
 
 
 def test_parsers() -> None:
-    assert ops.parse_join_command(JOIN_LINE + "\n") == ("10.77.0.11:6443", TOKEN, CA_HASH)
+    assert membership.parse_join_command(JOIN_LINE + "\n") == ("10.77.0.11:6443", TOKEN, CA_HASH)
     with pytest.raises(ValueError):
-        ops.parse_join_command("kubeadm join 10.0.0.1:6443 --token short")
-    assert ops.parse_certificate_key(["[upload-certs] Using certificate key:", CERT_KEY, ""]) == CERT_KEY
+        membership.parse_join_command("kubeadm join 10.0.0.1:6443 --token short")
+    assert membership.parse_certificate_key(["[upload-certs] Using certificate key:", CERT_KEY, ""]) == CERT_KEY
     with pytest.raises(ValueError):
-        ops.parse_certificate_key(["nothing here"])
+        membership.parse_certificate_key(["nothing here"])
 
 
-def _manifest(example: Cluster) -> ops.Manifest:
-    return ops.Manifest("teams", "/etc/gpu-provision/kubernetes/teams.json",
+def _manifest(example: Cluster) -> manifests.Manifest:
+    return manifests.Manifest("teams", "/etc/gpu-provision/kubernetes/teams.json",
                         tuple(teams.manifests(example.kubernetes.teams[0])))
 
 
@@ -197,40 +198,40 @@ def test_manifest_applied_when_objects_are_missing_or_differ(example: Cluster) -
     applied = {f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}": content_hash(o)
                for o in manifest.objects}
     host = FakeHost(api(applied))
-    assert run_op(ops.manifest_applied, host, manifest=manifest) == []
+    assert run_op(manifests.manifest_applied, host, manifest=manifest) == []
     assert host.noops == ["manifest teams already applied"]
     changed = dict(applied, **{"ResourceQuota/vision/gpu-quota": "0" * 64})
-    assert run_op(ops.manifest_applied, FakeHost(api(changed)), manifest=manifest) == [
+    assert run_op(manifests.manifest_applied, FakeHost(api(changed)), manifest=manifest) == [
         "kubectl --kubeconfig=/etc/kubernetes/admin.conf apply -f /etc/gpu-provision/kubernetes/teams.json"]
     missing = {k: v for k, v in applied.items() if not k.startswith("LimitRange")}
-    assert ops.stale_objects(manifest, {"objects": missing}) == ["LimitRange/vision/default-limits"]
+    assert manifests.stale_objects(manifest, {"objects": missing}) == ["LimitRange/vision/default-limits"]
     assert HASH_ANNOTATION == "gpu-provision/content-sha256"
 
 
 def test_manifest_applied_fails_the_host_when_the_api_does_not_answer(example: Cluster) -> None:
     raw = {"kubernetes": {"admin_conf": True, "api": None, "api_error": "kubectl get: connection refused"}}
-    (command,) = run_op(ops.manifest_applied, FakeHost(raw, executing=True), manifest=_manifest(example))
+    (command,) = run_op(manifests.manifest_applied, FakeHost(raw, executing=True), manifest=_manifest(example))
     assert command.endswith("exit 1") and "connection refused" in command
     # Before kubeadm init, prepare time expects the apply; execution without admin.conf is a failure.
     raw = {"kubernetes": {"admin_conf": False, "api": None}}
-    assert run_op(ops.manifest_applied, FakeHost(raw), manifest=_manifest(example))[0].startswith("kubectl")
-    assert run_op(ops.manifest_applied, FakeHost(raw, executing=True),
+    assert run_op(manifests.manifest_applied, FakeHost(raw), manifest=_manifest(example))[0].startswith("kubectl")
+    assert run_op(manifests.manifest_applied, FakeHost(raw, executing=True),
                   manifest=_manifest(example))[0].endswith("exit 1")
 
 
 def test_cni_applied_once(tmp_path) -> None:
     args = {"registry": None, "daemonset": "kube-flannel/kube-flannel-ds", "path": "/etc/gpu-provision/kubernetes/cni.yaml"}
     host = FakeHost(api(daemonsets=["kube-flannel/kube-flannel-ds"]))
-    assert run_op(ops.cni_applied, host, source="https://example.invalid/flannel.yml", **args) == []
-    commands = run_op(ops.cni_applied, FakeHost(api()), source="https://example.invalid/flannel.yml", **args)
+    assert run_op(manifests.cni_applied, host, source="https://example.invalid/flannel.yml", **args) == []
+    commands = run_op(manifests.cni_applied, FakeHost(api()), source="https://example.invalid/flannel.yml", **args)
     assert commands[0] == "mkdir -p /etc/gpu-provision/kubernetes"
     assert commands[1].startswith("python3 -c ") and "https://example.invalid/flannel.yml" in commands[1]
     assert commands[2] == "kubectl --kubeconfig=/etc/kubernetes/admin.conf apply -f /etc/gpu-provision/kubernetes/cni.yaml"
     local = tmp_path / "cni.json"
     local.write_text('{"image": "docker.io/flannel/flannel:v0.26.4"}\n')
-    commands = run_op(ops.cni_applied, FakeHost(api()), source=str(local), **{**args, "registry": "reg:5000"})
+    commands = run_op(manifests.cni_applied, FakeHost(api()), source=str(local), **{**args, "registry": "reg:5000"})
     assert commands[1] == ["upload", '{"image": "reg:5000/flannel/flannel:v0.26.4"}\n', args["path"]]
-    (failure,) = run_op(ops.cni_applied, FakeHost(api()), source=None, **args)
+    (failure,) = run_op(manifests.cni_applied, FakeHost(api()), source=None, **args)
     assert "cni_manifest" in failure and failure.endswith("exit 1")
 
 
@@ -245,17 +246,17 @@ YAML_MANIFEST = """\
 
 
 def test_registry_rewrite_on_the_node_matches_the_controller(tmp_path) -> None:
-    expected = ops.rewrite_images(YAML_MANIFEST, "reg.internal:5000")
+    expected = manifests.rewrite_images(YAML_MANIFEST, "reg.internal:5000")
     assert "image: reg.internal:5000/flannel/flannel:v0.26.4" in expected
     assert 'image: "reg.internal:5000/flannel-io/flannel-cni-plugin:v1.6.2"' in expected
     assert '"image": "reg.internal:5000/busybox:1.36"' in expected
     source = tmp_path / "in.yaml"
     source.write_text(YAML_MANIFEST)
     out = tmp_path / "out.yaml"
-    subprocess.run([sys.executable, "-c", ops._FETCH_MANIFEST, source.as_uri(), str(out), "reg.internal:5000"],
+    subprocess.run([sys.executable, "-c", manifests._FETCH_MANIFEST, source.as_uri(), str(out), "reg.internal:5000"],
                    check=True)
     assert out.read_text() == expected
-    subprocess.run([sys.executable, "-c", ops._FETCH_MANIFEST, source.as_uri(), str(out), ""], check=True)
+    subprocess.run([sys.executable, "-c", manifests._FETCH_MANIFEST, source.as_uri(), str(out), ""], check=True)
     assert out.read_text() == YAML_MANIFEST
 
 
@@ -269,7 +270,7 @@ def test_label_plan() -> None:
         "g2": {"labels": {"zone": "b"}, "taints": []},
     }}
     kubectl = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
-    commands = ops.label_plan(wanted, current)
+    commands = labels.label_plan(wanted, current)
     assert commands == [
         f"{kubectl} label node g1 --overwrite nvidia.com/gpu.present=true",
         f"{kubectl} taint node g1 --overwrite gpu=only:NoSchedule",
@@ -279,13 +280,13 @@ def test_label_plan() -> None:
     current["nodes"]["g1"]["labels"]["nvidia.com/gpu.present"] = "true"
     current["nodes"]["g1"]["taints"].append({"key": "gpu", "value": "only", "effect": "NoSchedule"})
     current["nodes"]["g3"] = {"labels": {"zone": "c"}, "taints": []}
-    assert ops.label_plan(wanted, current) == []
+    assert labels.label_plan(wanted, current) == []
 
 
 def test_node_labels_reads_the_api_again_at_execution() -> None:
     host = FakeHost(api(nodes={"g1": {"labels": {"zone": "a"}, "taints": []}}), executing=True)
-    assert run_op(ops.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
-    assert run_op(ops.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
+    assert run_op(labels.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
+    assert run_op(labels.node_labels, host, wanted={"g1": ({"zone": "a"}, ())}) == []
     assert host.probes == 2
 
 
@@ -298,7 +299,7 @@ def test_node_labels_waits_only_for_nodes_that_can_still_join() -> None:
     host.state.inventory = SimpleNamespace(get_host=lambda name, default: hosts.get(name, default))
     host.state.activated_hosts = {hosts["g1"], hosts["g2"], hosts["g3"]}
     host.state.failed_hosts = {hosts["g3"]}  # failed earlier in the run; g4 is not in the run at all
-    commands = run_op(ops.node_labels, host, wanted=wanted)
+    commands = run_op(labels.node_labels, host, wanted=wanted)
     assert [c.split(" node ")[1].split()[0] for c in commands] == ["g1", "g2", "g2"]
     assert "seq 60" in commands[1]
     assert [n.split()[1] for n in host.noops] == ["g3", "g4"]

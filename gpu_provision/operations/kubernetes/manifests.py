@@ -1,0 +1,131 @@
+"""Objects in the cluster: the CNI installed once, and each rendered manifest applied while it differs from the API.
+
+Applying is decided per manifest from the content hash annotation every rendered object carries, so a converged
+cluster costs no ``kubectl apply``; images are pointed at the registry mirror when the cluster file names one.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from io import StringIO
+from typing import Any
+
+from pyinfra.api import FileUploadCommand, operation
+
+from gpu_provision.k8s.images import with_registry
+from gpu_provision.k8s.objects import Obj, content_hash, key
+from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
+from gpu_provision.operations.kubernetes.probe import KUBECTL, api_or_fail, kubernetes_request
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest file on the control plane and the objects it holds."""
+
+    name: str
+    path: str
+    objects: tuple[Obj, ...]
+
+
+def stale_objects(manifest: Manifest, api: Mapping[str, Any]) -> list[str]:
+    """``Kind/namespace/name`` of the manifest's objects that the API lacks or holds with other content."""
+    applied = api.get("objects", {})
+    out = []
+    for obj in manifest.objects:
+        kind, namespace, name = key(obj)
+        ident = f"{kind}/{namespace}/{name}"
+        if applied.get(ident) != content_hash(obj):
+            out.append(ident)
+    return out
+
+
+@operation()
+def manifest_applied(manifest: Manifest):
+    """The manifest's objects present in the API with the content rendered from the cluster file.
+
+    + manifest: name, path of the file on this control plane (written before by ``files.wants``) and its objects
+
+    ``kubectl apply -f`` runs when any object is missing or carries another content hash annotation.
+
+    .. code:: python
+
+        manifests.manifest_applied(name="Device plugin", manifest=Manifest("device-plugin", path, objs))
+    """
+    host = this_host()
+    state = current_state(host, kubernetes_request())
+    api, failure = api_or_fail(host, state, f"manifest {manifest.name}")
+    if failure:
+        yield failure
+        return
+    assert api is not None
+    stale = stale_objects(manifest, api)
+    if not stale:
+        host.noop(f"manifest {manifest.name} already applied")
+        return
+    mark_changed(host)
+    yield f"{KUBECTL} apply -f {shlex.quote(manifest.path)}"
+
+
+# Runs on the control plane: fetch a manifest, point its images at the registry mirror, write it for kubectl.
+_FETCH_MANIFEST = (
+    "import re,sys,urllib.request\n"
+    "text=urllib.request.urlopen(sys.argv[1],timeout=60).read().decode()\n"
+    "reg=sys.argv[3]\n"
+    "def swap(m):\n"
+    "    ref=m.group(3); first,sep,rest=ref.partition('/')\n"
+    "    if sep and ('.' in first or ':' in first or first=='localhost'): ref=rest\n"
+    "    return m.group(1)+m.group(2)+reg.rstrip('/')+'/'+ref+m.group(2)\n"
+    "if reg: text=re.sub(r'(\"?image\"?\\s*:\\s*)([\"\\']?)([^\"\\'\\s,]+)\\2',swap,text)\n"
+    "open(sys.argv[2],'w').write(text)\n"
+)
+
+
+def rewrite_images(text: str, registry: str | None) -> str:
+    """Manifest text (YAML or JSON) with every ``image:`` pointed at ``registry`` (the node-side rewrite's twin)."""
+    if not registry:
+        return text
+    pattern = re.compile(r"(\"?image\"?\s*:\s*)([\"']?)([^\"'\s,]+)\2")
+    return pattern.sub(lambda m: m.group(1) + m.group(2) + with_registry(m.group(3), registry) + m.group(2), text)
+
+
+@operation()
+def cni_applied(source: str | None, registry: str | None, daemonset: str, path: str):
+    """The CNI installed once: its manifest fetched, images pointed at the registry mirror, applied.
+
+    + source: URL (fetched by the control plane) or local file path (read here) of the manifest
+    + registry: ``mirrors.registry`` or None
+    + daemonset: ``namespace/name`` of the CNI's DaemonSet; its presence means the CNI is installed
+    + path: where the manifest is written on the control plane
+
+    .. code:: python
+
+        manifests.cni_applied(name="CNI", source=FLANNEL_URL, registry=None,
+                              daemonset="kube-flannel/kube-flannel-ds", path="/etc/gpu-provision/kubernetes/cni.yaml")
+    """
+    host = this_host()
+    state = current_state(host, kubernetes_request())
+    api, failure = api_or_fail(host, state, "CNI")
+    if failure:
+        yield failure
+        return
+    assert api is not None
+    if daemonset in api.get("daemonsets", []):
+        host.noop(f"CNI already installed ({daemonset})")
+        return
+    if source is None:
+        yield fail_command("the CNI has no upstream manifest: set kubernetes.cni_manifest in the cluster file")
+        return
+    mark_changed(host)
+    yield f"mkdir -p {shlex.quote(posixpath.dirname(path))}"
+    if re.match(r"^[a-z]+://", source):
+        yield (f"python3 -c {shlex.quote(_FETCH_MANIFEST)} {shlex.quote(source)} {shlex.quote(path)} "
+               f"{shlex.quote(registry or '')}")
+    else:
+        with open(source, encoding="utf-8") as handle:
+            text = rewrite_images(handle.read(), registry)
+        yield FileUploadCommand(StringIO(text), path, remote_temp_filename=host.get_temp_filename(path))
+    yield f"{KUBECTL} apply -f {shlex.quote(path)}"
