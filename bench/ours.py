@@ -19,7 +19,8 @@ def main() -> int:
     import logging
 
     from bench.workload import Workload
-    from gpu_provision.drift import CheckSettings, check_fleet, load_inventory
+    from gpu_provision.drift import check_fleet
+    from gpu_provision.fleet import FleetSettings, load_inventory
 
     parser = argparse.ArgumentParser(prog="bench.ours")
     parser.add_argument("inventory")
@@ -30,7 +31,7 @@ def main() -> int:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     with open(args.workload, encoding="utf-8") as f:
         workload = Workload.from_json(json.load(f))
-    report = check_fleet(load_inventory(args.inventory), [workload.stage()], CheckSettings(parallel=args.parallel))
+    report = check_fleet(load_inventory(args.inventory), [workload.stage()], FleetSettings(parallel=args.parallel))
     print(json.dumps(report.to_json()))
     return report.exit_status
 

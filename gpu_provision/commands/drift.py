@@ -50,24 +50,15 @@ def run(args: argparse.Namespace) -> int:
 
     monkey.patch_all()
 
-    from gpu_provision.drift import CheckSettings, check_fleet, load_inventory, load_stages
-    from gpu_provision.drift.collect import DEFAULT_COMMAND_TIMEOUT, file_settings
+    from gpu_provision.drift import check_fleet, load_stages
     from gpu_provision.errors import GpuProvisionError
+    from gpu_provision.fleet import load_inventory, settings_from
 
     if not os.path.exists(args.inventory):
         raise GpuProvisionError(f"{args.inventory}: no such inventory file")
     if args.cluster:
         os.environ["GPU_PROVISION_CLUSTER"] = args.cluster
-    if args.parallel < 0:
-        raise GpuProvisionError("--parallel must be 0 or more")
-    from_file = file_settings(args.config) if os.path.exists(args.config) else {}
-    timeout = args.connect_timeout if args.connect_timeout is not None else from_file.get("CONNECT_TIMEOUT")
-    settings = CheckSettings(
-        parallel=args.parallel or int(from_file.get("PARALLEL") or 0),
-        connect_timeout=None if timeout is None else float(timeout),
-        command_timeout=args.command_timeout or DEFAULT_COMMAND_TIMEOUT,
-        limit=tuple(args.limit),
-    )
+    settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
     stages = load_stages(args.stage)
     _quiet_pyinfra()
     report = check_fleet(load_inventory(args.inventory), stages, settings)

@@ -11,8 +11,9 @@ from drift_samples import IN_SYNC, make_stage
 from pyinfra.api import Inventory
 
 from gpu_provision.desired import FileWant, PackageWant
-from gpu_provision.drift import CheckSettings, check_fleet
+from gpu_provision.drift import check_fleet
 from gpu_provision.drift.report import EXIT_DRIFT, EXIT_ERROR, EXIT_IN_SYNC
+from gpu_provision.fleet import FleetSettings
 from gpu_provision.spec.model import Node
 
 
@@ -27,7 +28,7 @@ def fake(name: str, answer: Any, success: bool = True, stderr: str = "") -> tupl
 
 
 def run(hosts: list[tuple[str, dict[str, Any]]], stages: list[Any], **settings: Any):
-    return check_fleet(Inventory((hosts, {})), stages, CheckSettings(**settings), resolve=resolve)
+    return check_fleet(Inventory((hosts, {})), stages, FleetSettings(**settings), resolve=resolve)
 
 
 def many_file_stage(count: int) -> Any:

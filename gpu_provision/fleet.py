@@ -1,0 +1,267 @@
+"""One fleet runner over pyinfra's API: every command that does per-node work across the fleet goes through it.
+
+The inventory is built from an inventory file the way ``pyinfra`` builds it, so the SSH settings the cluster file
+gives (user, port, key, known_hosts) apply unchanged. :func:`run_fleet` handles every host in its own greenlet of
+pyinfra's pool: connect (bounded by the connect timeout, the SSH banner and the login alike), run the caller's
+per-host function, count the remote commands it ran. Each host's outcome comes back by value as a
+:class:`HostResult`: the function's result, or the reason the host was not reached, worded the same for every
+caller. A host that refuses or stalls never holds up the others beyond its own timeouts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import gevent
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.operations import run_host_op
+from pyinfra.context import ctx_host, ctx_state
+
+from gpu_provision.errors import GpuProvisionError
+
+T = TypeVar("T")
+
+DEFAULT_COMMAND_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """How a run reaches the fleet.
+
+    ``parallel`` 0: pyinfra's default (20 per CPU core, at most one per host).
+    ``connect_timeout`` None: the largest ``ssh.connect_timeout`` among the hosts' nodes in the cluster file.
+    ``command_timeout`` None: remote commands run as long as they take.
+    ``limit``: only these hosts (empty: all); a name the inventory lacks is an error.
+    """
+
+    parallel: int = 0
+    connect_timeout: float | None = None
+    command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT
+    limit: tuple[str, ...] = ()
+
+
+def load_inventory(path: str) -> Inventory:
+    """The pyinfra inventory of ``path`` (an inventory file, or any inventory string the ``pyinfra`` command
+    accepts, such as ``@local``), built as that command builds it.
+
+    An inventory file that fails to run is a user error naming the file; this project's own errors (a bad
+    cluster file read by ``inventory.py``) pass through as they are.
+    """
+    from pyinfra_cli.inventory import make_inventory
+
+    try:
+        # The CLI loads inventory files with a state in context (they may read it); the run makes its own later.
+        with ctx_state.use(State(check_for_changes=False)):
+            return make_inventory(path, cwd=os.getcwd())
+    except GpuProvisionError:
+        raise
+    except (Exception, SystemExit) as exc:
+        raise GpuProvisionError(f"cannot load inventory {path}: {type(exc).__name__}: {exc}") from exc
+
+
+def file_settings(path: str) -> dict[str, Any]:
+    """The connection settings a pyinfra ``config.py`` sets (``PARALLEL``, ``CONNECT_TIMEOUT``), read the way the
+    ``pyinfra`` command reads it, so this project's commands and ``pyinfra`` reach nodes alike."""
+    from pyinfra.context import ctx_config
+    from pyinfra_cli.util import exec_file
+
+    config, default = Config(), Config()
+    try:
+        with ctx_state.use(State()), ctx_config.use(config):
+            exec_file(path)
+    except Exception as exc:
+        raise GpuProvisionError(f"{path}: {exc}") from exc
+    return {key: getattr(config, key) for key in ("PARALLEL", "CONNECT_TIMEOUT")
+            if getattr(config, key) != getattr(default, key)}
+
+
+def settings_from(config_path: str | None = None, parallel: int | None = None,
+                  connect_timeout: float | None = None, command_timeout: float | None = None,
+                  limit: Iterable[str] = (),
+                  default_command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT) -> FleetSettings:
+    """A command's fleet settings: each from its command-line value when given, else from the pyinfra config
+    file at ``config_path`` when it exists (``PARALLEL``, ``CONNECT_TIMEOUT``), else the runner's default."""
+    if parallel is not None and parallel < 0:
+        raise GpuProvisionError("--parallel must be 0 or more")
+    from_file = file_settings(config_path) if config_path and os.path.exists(config_path) else {}
+    timeout = connect_timeout if connect_timeout is not None else from_file.get("CONNECT_TIMEOUT")
+    return FleetSettings(
+        parallel=parallel or int(from_file.get("PARALLEL") or 0),
+        connect_timeout=None if timeout is None else float(timeout),
+        command_timeout=command_timeout or default_command_timeout,
+        limit=tuple(limit),
+    )
+
+
+class CommandLog:
+    """Counts and remembers the remote commands one host ran (wraps its connector)."""
+
+    def __init__(self, connector: Any):
+        self.commands = 0
+        self.transfers = 0
+        self.last_error: str | None = None
+        run, put, get = connector.run_shell_command, connector.put_file, connector.get_file
+
+        def run_shell_command(command: Any, *args: Any, **kwargs: Any) -> Any:
+            self.commands += 1
+            try:
+                ok, output = run(command, *args, **kwargs)
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise
+            if not ok:
+                tail = [line for line in output.stderr_lines if line.strip()][-3:]
+                self.last_error = " / ".join(tail) or "remote command failed with no message"
+            return ok, output
+
+        def counted(func: Callable[..., Any]) -> Callable[..., Any]:
+            def transfer(*args: Any, **kwargs: Any) -> Any:
+                self.transfers += 1
+                return func(*args, **kwargs)
+            return transfer
+
+        connector.run_shell_command = run_shell_command
+        connector.put_file = counted(put)
+        connector.get_file = counted(get)
+
+
+@dataclass(frozen=True)
+class Reached:
+    """A connected host, as the per-host function receives it: the run's pyinfra state, the host, and the log
+    of the remote commands run on it so far."""
+
+    state: State
+    host: Any
+    log: CommandLog
+
+    def apply(self, deploy: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, bool]:
+        """Add the operations ``deploy`` (a ``@deploy`` function or operation) calls for this host and run them
+        in order, stopping at the first that fails; returns what ``deploy`` returned and whether all succeeded.
+
+        This is how a stage written for ``pyinfra inventory.py deploys/...`` runs on one host of a fleet run.
+        """
+        first = len(self.host.op_hash_order)
+        with ctx_state.use(self.state), ctx_host.use(self.host):
+            returned = deploy(*args, **kwargs)
+            for op_hash in self.host.op_hash_order[first:]:
+                if not run_host_op(self.state, self.host, op_hash):
+                    return returned, False
+        return returned, True
+
+
+@dataclass(frozen=True)
+class HostResult(Generic[T]):
+    """One host's outcome: ``value`` is what the per-host function returned; ``unreached`` says why the host
+    was not reached (then ``value`` is None). ``commands`` counts remote commands and file transfers."""
+
+    name: str
+    address: str
+    value: T | None = None
+    unreached: str | None = None
+    commands: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class FleetRun(Generic[T]):
+    """Every chosen host's outcome in inventory order, with the run's own figures."""
+
+    hosts: list[HostResult[T]]
+    seconds: float
+    parallel: int
+    connect_timeout: float
+
+
+def node_connect_timeout(host: Any) -> float | None:
+    """The ``ssh.connect_timeout`` the cluster file gives the host's node; None for a host outside it."""
+    from gpu_provision.inventory import node_for
+
+    try:
+        return float(node_for(host).ssh.connect_timeout)
+    except Exception:  # a host outside the cluster file is the per-host function's business
+        return None
+
+
+def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: FleetSettings | None = None,
+              connect_timeout_of: Callable[[Any], float | None] = node_connect_timeout) -> FleetRun[T]:
+    """Connect to every host of ``inventory`` (or those in ``settings.limit``), call ``work`` on each reached
+    host in parallel, disconnect, and return each host's :class:`HostResult`.
+
+    ``connect_timeout_of`` gives a host's own connect timeout, used when ``settings`` gives none.
+    An exception raised by ``work`` is raised here once every host has finished.
+    """
+    settings = settings or FleetSettings()
+    started = time.monotonic()
+    hosts = chosen_hosts(inventory, settings.limit)
+    connect_timeout = settings.connect_timeout
+    if connect_timeout is None:
+        own = [t for t in map(connect_timeout_of, inventory) if t is not None]
+        connect_timeout = float(max(own, default=Config.CONNECT_TIMEOUT))
+    for host in hosts:
+        _apply_timeouts(host, connect_timeout, settings.command_timeout)
+    config = Config(CONNECT_TIMEOUT=connect_timeout, PARALLEL=settings.parallel, FAIL_PERCENT=None)
+    state = State(inventory, config, check_for_changes=False)
+    try:
+        greenlets = [state.pool.spawn(_run_host, state, host, work) for host in hosts]
+        gevent.joinall(greenlets)
+        results = [g.get() for g in greenlets]
+    finally:
+        _disconnect(hosts)
+    return FleetRun(hosts=results, seconds=time.monotonic() - started, parallel=int(config.PARALLEL),
+                    connect_timeout=connect_timeout)
+
+
+def chosen_hosts(inventory: Inventory, limit: Iterable[str]) -> list[Any]:
+    """The hosts ``limit`` names (all when empty), in inventory order; an unknown name or no host is an error."""
+    names = set(limit)
+    hosts = [h for h in inventory if not names or h.name in names]
+    unknown = names - {h.name for h in hosts}
+    if unknown:
+        raise GpuProvisionError(f"--limit names hosts the inventory does not have: {', '.join(sorted(unknown))}")
+    if not hosts:
+        raise GpuProvisionError("the inventory has no hosts")
+    return hosts
+
+
+def _apply_timeouts(host: Any, connect_timeout: float, command_timeout: float | None) -> None:
+    # pyinfra's CONNECT_TIMEOUT bounds only the TCP connect; a node that accepts and then stalls would wait out
+    # paramiko's own banner and auth timeouts, so both get the same bound.
+    extra = dict(host.data.get("ssh_paramiko_connect_kwargs") or {})
+    extra.setdefault("banner_timeout", connect_timeout)
+    extra.setdefault("auth_timeout", connect_timeout)
+    host.data.ssh_paramiko_connect_kwargs = extra
+    if command_timeout is not None and host.data.get("_timeout") is None:
+        host.data._timeout = command_timeout
+
+
+def _address(host: Any) -> str:
+    return str(host.data.get("ssh_hostname") or host.name)
+
+
+def _run_host(state: State, host: Any, work: Callable[[Reached], T]) -> HostResult[T]:
+    log = CommandLog(host.connector)
+    started = time.monotonic()
+
+    def result(**outcome: Any) -> HostResult[T]:
+        return HostResult(name=host.name, address=_address(host), commands=log.commands + log.transfers,
+                          seconds=time.monotonic() - started, **outcome)
+
+    try:
+        host.connect(show_errors=False, raise_exceptions=True)
+    except Exception as exc:
+        return result(unreached=f"unreachable: {exc}" if str(exc) else f"unreachable: {type(exc).__name__}")
+    state.activate_host(host)
+    return result(value=work(Reached(state, host, log)))
+
+
+def _disconnect(hosts: Iterable[Any]) -> None:
+    for host in hosts:
+        if host.connected:
+            host.disconnect()
+        client = getattr(host.connector, "client", None)
+        if client is not None:
+            client.close()
