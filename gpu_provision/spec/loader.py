@@ -1,18 +1,20 @@
 """Load a cluster file into the typed model, or fail with every problem it has.
 
-Order: YAML (with positions, hostile-input limits) -> JSON Schema -> inheritance -> checks of meaning
-(:mod:`gpu_provision.spec.semantics`) -> :class:`~gpu_provision.spec.model.Cluster`. Nothing here touches a node.
+Order: YAML (with positions, hostile-input limits) -> JSON Schema -> inheritance -> typed model -> checks of meaning
+(:mod:`gpu_provision.spec.semantics`) -> derived values (:func:`gpu_provision.spec.resolve.derive`) ->
+:class:`~gpu_provision.spec.model.Cluster`. Nothing here touches a node.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path as FsPath
 from typing import Any, cast
 
-from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
+from gpu_provision.errors import GpuProvisionError, SpecError
 from gpu_provision.spec import catalog, migparted
+from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import UPSTREAM
 from gpu_provision.spec.model import (
     Cluster,
@@ -34,34 +36,13 @@ from gpu_provision.spec.model import (
     Toolkit,
     Verify,
 )
-from gpu_provision.spec.resolve import origin, resolve_node
+from gpu_provision.spec.resolve import derive, resolve_node
 from gpu_provision.spec.schema import validate
-from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml
+from gpu_provision.spec.semantics import check
+from gpu_provision.spec.yamlsafe import Path, format_path, load_yaml
 
 DEFAULT_CLUSTER_FILE = "inventory/cluster.yaml"
 CLUSTER_ENV = "GPU_PROVISION_CLUSTER"
-
-
-@dataclass
-class Context:
-    """What a check needs to locate a problem: the document, its positions and each node's provenance."""
-
-    document: dict[str, Any]
-    positions: Positions
-    filename: str
-    base_dir: FsPath
-    provenance: dict[int, dict[Path, Path]] = field(default_factory=dict)
-    problems: list[SpecProblem] = field(default_factory=list)
-    mig_parted: dict[str, Any] | None = None
-
-    def add(self, path: Path, message: str, *, key: bool = False) -> None:
-        """Record a problem at an absolute document path."""
-        line, col = self.positions.of(path, key=key)
-        self.problems.append(SpecProblem(self.filename, line, col, format_path(path), message))
-
-    def add_node(self, index: int, rel: Path, message: str) -> None:
-        """Record a problem at a node-relative path, located where the value was written."""
-        self.add(origin(self.provenance.get(index, {}), index, rel), message)
 
 
 def cluster_file_from_env(default: str = DEFAULT_CLUSTER_FILE) -> str:
@@ -268,10 +249,8 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
         nodes=tuple(nodes),
         mig_parted_file=cluster_raw.get("mig_parted_file"),
     )
-    from gpu_provision.spec.semantics import check
-
-    cluster = check(cluster, ctx)
+    check(cluster, ctx)
     if ctx.problems:
         ctx.problems.sort(key=lambda p: (-p.path.count(".") - p.path.count("["), p.line, p.column))
         raise SpecError(ctx.problems)
-    return cluster
+    return derive(cluster)

@@ -1,13 +1,21 @@
-"""Setting inheritance: node over group over defaults, remembering where each value came from.
+"""What a cluster file resolves to: inherited settings, and values derived once the file is known to be valid.
 
-Mappings merge key by key; any other value (lists included) replaces the inherited one. The provenance map lets a
-problem found in a resolved node point at the line where the offending value was written.
+Inheritance (:func:`resolve_node`) runs before the checks of meaning, which read resolved nodes: node over group over
+defaults; mappings merge key by key, any other value (lists included) replaces the inherited one. The provenance map
+lets a problem found in a resolved node point at the line where the offending value was written.
+
+Derivation (:func:`derive`) runs after every check has passed, so it never meets a problem to report: it fills in
+the MIG placements planned from the model's placement table and the device plugin's MIG strategy when the file
+leaves it out.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from gpu_provision.spec import catalog, mig
+from gpu_provision.spec.model import Cluster, Mig, MigLayout, MigStrategy, Node
 from gpu_provision.spec.yamlsafe import Path
 
 NODE_ONLY = ("name", "address", "group")
@@ -66,3 +74,32 @@ def origin(provenance: dict[Path, Path], index: int, rel: Path) -> Path:
             return (*provenance[probe], *rel[len(probe):])
         probe = probe[:-1]
     return ("nodes", index, *rel)
+
+
+def mig_strategy_for(layouts: dict[int, MigLayout]) -> MigStrategy:
+    """``single`` when every GPU has MIG on with the same layout of one profile, else ``mixed``."""
+    shapes = {tuple(sorted(lay.profiles.items())) for lay in layouts.values() if lay.enabled}
+    single = len(shapes) == 1 and len(next(iter(shapes))) == 1 and all(lay.enabled for lay in layouts.values())
+    return "single" if single else "mixed"
+
+
+def _derive_node(node: Node) -> Node:
+    model = catalog.model(node.gpus.model) if node.gpus.model else None
+    if not node.mig.layouts or model is None or model.mig is None:
+        return node
+    layouts: dict[int, MigLayout] = {}
+    for gpu, layout in sorted(node.mig.layouts.items()):
+        layouts[gpu] = replace(layout, placements=mig.plan(model.mig, layout.profiles)) if layout.enabled else layout
+    node = replace(node, mig=Mig(layouts=layouts, allow_drain=node.mig.allow_drain))
+    if node.mig.enabled and node.device_plugin.mig_strategy == "none":
+        node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=mig_strategy_for(layouts)))
+    return node
+
+
+def derive(cluster: Cluster) -> Cluster:
+    """The valid ``cluster`` with derived values filled in: MIG placements and the device plugin's MIG strategy.
+
+    A strategy of ``none`` on a node with MIG on can only be the default here (the checks refuse it when written),
+    so it is replaced by the one the layouts allow.
+    """
+    return replace(cluster, nodes=tuple(_derive_node(node) for node in cluster.nodes))

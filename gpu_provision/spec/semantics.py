@@ -1,40 +1,37 @@
 """Checks of meaning that a JSON Schema cannot express.
 
 Each check reads the resolved model and records problems in the loader's context, located at the line where the
-offending value was written (a node's own entry, its group, or the defaults). The MIG check also plans concrete
-placements, which the returned cluster carries.
+offending value was written (a node's own entry, its group, or the defaults). Checks only report: values derived
+from valid settings (MIG placements, the device plugin's MIG strategy) are filled in afterwards by
+:func:`gpu_provision.spec.resolve.derive`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from dataclasses import replace
 
 from gpu_provision.errors import MigLayoutError
 from gpu_provision.spec import catalog, mig
 from gpu_provision.spec.catalog import version_tuple
+from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
-from gpu_provision.spec.loader import Context
-from gpu_provision.spec.model import Cluster, Mig, MigLayout, MigStrategy, Node
+from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.resolve import mig_strategy_for
 
 
-def check(cluster: Cluster, ctx: Context) -> Cluster:
-    """Run every check; return the cluster with MIG placements and derived defaults filled in."""
+def check(cluster: Cluster, ctx: Context) -> None:
+    """Run every check of meaning on the resolved ``cluster``, recording each problem in ``ctx``."""
     _unique_nodes(cluster, ctx)
     _groups_exist(ctx)
-    nodes = []
     for index, node in enumerate(cluster.nodes):
         model = _gpu_model(ctx, index, node)
         _driver(ctx, index, node, model)
-        node = _mig(ctx, index, node, model)
+        _mig(ctx, index, node, model)
         _sharing(ctx, index, node)
         _vgpu(ctx, index, node, model)
         _permissions(ctx, index, node)
-        nodes.append(node)
-    cluster = replace(cluster, nodes=tuple(nodes))
     _kubernetes(cluster, ctx)
-    return cluster
 
 
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
@@ -94,22 +91,21 @@ def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None
                                                            "kernel modules (allowed: proprietary, auto)")
 
 
-def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> Node:
+def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
     if not node.mig.layouts:
         if node.device_plugin.mig_strategy != "none":
             ctx.add_node(index, ("device_plugin", "mig_strategy"),
                          f"mig_strategy {node.device_plugin.mig_strategy} needs a MIG layout (allowed: none)")
-        return node
+        return
     if model is None:
         if node.gpus.model is None:
             ctx.add_node(index, ("mig",), "a MIG layout needs gpus.model and gpus.count")
-        return node
+        return
     if model.mig is None:
         if node.mig.enabled:
             capable = ", ".join(k for k, m in catalog.models().items() if m.mig)
             ctx.add_node(index, ("mig",), f"{model.key} does not support MIG (MIG-capable: {capable})")
-        return node
-    layouts: dict[int, MigLayout] = {}
+        return
     for gpu, layout in sorted(node.mig.layouts.items()):
         rel = ("mig", "gpus", str(gpu), "layout") if _per_gpu(ctx, index, gpu) else ("mig", "layout")
         if layout.config_name:
@@ -117,34 +113,23 @@ def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -
         if not layout.enabled:
             if layout.profiles:
                 ctx.add_node(index, rel, "MIG devices given while MIG is disabled")
-            layouts[gpu] = layout
             continue
         try:
-            placements = mig.plan(model.mig, layout.profiles)
+            mig.plan(model.mig, layout.profiles)
         except MigLayoutError as exc:
             ctx.add_node(index, rel, f"GPU {gpu} ({model.key}): {exc}")
-            layouts[gpu] = layout
-            continue
-        layouts[gpu] = replace(layout, placements=placements)
-    node = replace(node, mig=Mig(layouts=layouts, allow_drain=node.mig.allow_drain))
     if not node.mig.enabled:
-        return node
+        return
     strategy = node.device_plugin.mig_strategy
-    shapes = {tuple(sorted(lay.profiles.items())) for lay in layouts.values() if lay.enabled}
-    single_ok = len(shapes) == 1 and len(next(iter(shapes))) == 1 and all(lay.enabled for lay in layouts.values())
     if strategy == "none" and _explicit(ctx, index, ("device_plugin", "mig_strategy")):
         ctx.add_node(index, ("device_plugin", "mig_strategy"),
                      "mig_strategy none advertises no MIG devices on a node with MIG on (allowed: single, mixed)")
-    elif strategy == "single" and not single_ok:
+    elif strategy == "single" and mig_strategy_for(node.mig.layouts) != "single":
         ctx.add_node(index, ("device_plugin", "mig_strategy"),
                      "mig_strategy single needs every GPU to have the same layout of one profile (allowed: mixed)")
-    elif strategy == "none":
-        derived: MigStrategy = "single" if single_ok else "mixed"
-        node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=derived))
     if node.sharing.strategy == "mps":
         ctx.add_node(index, ("sharing", "strategy"), "MPS sharing cannot be combined with MIG "
                                                      "(allowed with MIG: none, time-slicing)")
-    return node
 
 
 def _per_gpu(ctx: Context, index: int, gpu: int) -> bool:

@@ -1,0 +1,38 @@
+"""Where the problems of one cluster file are collected, each located at the line where its value was written.
+
+The loader fills a :class:`Context` while it builds the typed model; the checks of meaning
+(:mod:`gpu_provision.spec.semantics`) add to it. Keeping it apart from both lets each import it without importing
+the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+from gpu_provision.errors import SpecProblem
+from gpu_provision.spec.resolve import origin
+from gpu_provision.spec.yamlsafe import Path, Positions, format_path
+
+
+@dataclass
+class Context:
+    """What a check needs to locate a problem: the document, its positions and each node's provenance."""
+
+    document: dict[str, Any]
+    positions: Positions
+    filename: str
+    base_dir: FsPath
+    provenance: dict[int, dict[Path, Path]] = field(default_factory=dict)
+    problems: list[SpecProblem] = field(default_factory=list)
+    mig_parted: dict[str, Any] | None = None
+
+    def add(self, path: Path, message: str, *, key: bool = False) -> None:
+        """Record a problem at an absolute document path."""
+        line, col = self.positions.of(path, key=key)
+        self.problems.append(SpecProblem(self.filename, line, col, format_path(path), message))
+
+    def add_node(self, index: int, rel: Path, message: str) -> None:
+        """Record a problem at a node-relative path, located where the value was written."""
+        self.add(origin(self.provenance.get(index, {}), index, rel), message)

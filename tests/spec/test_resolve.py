@@ -1,0 +1,52 @@
+"""Checks only report; the resolve step derives values once the file is valid."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from gpu_provision.spec import load_cluster
+from gpu_provision.spec.model import MigLayout
+from gpu_provision.spec.resolve import mig_strategy_for
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "gpu_provision" / "spec"
+
+
+def _imports(module: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_checks_and_loader_do_not_import_each_other_back() -> None:
+    assert not any(n.startswith("gpu_provision.spec.loader") for n in _imports(SPEC / "semantics.py"))
+    assert not any(n.startswith("gpu_provision.spec.loader") for n in _imports(SPEC / "resolve.py"))
+    assert not any(n.startswith("gpu_provision.spec.semantics") for n in _imports(SPEC / "resolve.py"))
+
+
+def test_mig_strategy_for_layouts() -> None:
+    one = MigLayout(profiles={"1g.18gb": 7})
+    assert mig_strategy_for({0: one, 1: one}) == "single"
+    assert mig_strategy_for({0: one, 1: MigLayout(profiles={"1g.18gb": 6})}) == "mixed"
+    assert mig_strategy_for({0: MigLayout(profiles={"1g.18gb": 2, "3g.71gb": 1})}) == "mixed"
+    assert mig_strategy_for({0: one, 1: MigLayout(profiles={}, enabled=False)}) == "mixed"
+
+
+def test_derived_values_are_filled_in_after_the_checks(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(
+        "version: v1\ncluster: {name: t, kubernetes: {enabled: false}}\nnodes:\n"
+        "  - {name: a, address: 127.0.0.1, gpus: {model: H200, count: 2}, mig: {layout: {'1g.18gb': 7}}}\n"
+        "  - {name: b, address: 127.0.0.2, gpus: {model: H200, count: 1}, mig: {layout: {'3g.71gb': 1, '1g.18gb': 2}}}\n"
+        "  - {name: c, address: 127.0.0.3, gpus: {model: H200, count: 1}}\n")
+    cluster = load_cluster(tmp_path / "c.yaml")
+    a, b, c = cluster.nodes
+    assert a.device_plugin.mig_strategy == "single" and b.device_plugin.mig_strategy == "mixed"
+    assert c.device_plugin.mig_strategy == "none"
+    assert [len(layout.placements) for layout in a.mig.layouts.values()] == [7, 7]
+    assert sorted(p.profile for p in b.mig.layouts[0].placements) == ["1g.18gb", "1g.18gb", "3g.71gb"]
