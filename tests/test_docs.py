@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-import runpy
 from pathlib import Path
+
+from gpu_provision.spec.reference import render
+from gpu_provision.spec.settings import SCHEMA, defaults, entries
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_schema_file_is_current() -> None:
-    generated = runpy.run_path(str(ROOT / "tools" / "gen_schema.py"))["schema"]
-    assert json.loads((ROOT / "schemas" / "cluster.v1.schema.json").read_text()) == generated
+    assert json.loads((ROOT / "schemas" / "cluster.v1.schema.json").read_text()) == SCHEMA
 
 
 def test_reference_page_is_current() -> None:
-    render = runpy.run_path(str(ROOT / "tools" / "gen_docs.py"))["render"]
     assert (ROOT / "docs" / "cluster-file.md").read_text() == render()
 
 
@@ -34,3 +34,26 @@ def test_every_property_is_described() -> None:
                 assert node.get("additionalProperties") is False, f"{path} is open to unknown keys"
 
     walk(schema, "$")
+
+
+def test_schema_file_carries_every_default() -> None:
+    schema = json.loads((ROOT / "schemas" / "cluster.v1.schema.json").read_text())
+    found = {path: sub["default"] for root in (schema, schema["properties"]["defaults"])
+             for path, sub in entries(root) if "default" in sub}
+    assert found == defaults()
+    assert found["driver.reboot"] == "never" and found["permissions.mode"] == "0666"
+    assert found["toolkit.default_runtime"] is True and found["cluster.kubernetes.monitoring.dcgm_exporter"] is True
+
+
+def test_reference_page_shows_every_default() -> None:
+    page = (ROOT / "docs" / "cluster-file.md").read_text()
+    assert page.count("| setting | type | allowed | default | description |") == 2
+    rows = {}
+    for line in page.splitlines():
+        if line.startswith("| `"):
+            cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = cells
+    for path, value in defaults().items():
+        shown = value if isinstance(value, str) else json.dumps(value)
+        assert rows[path][3] == f"`{shown}`", f"{path}: default column shows {rows[path][3]!r}"
+    assert rows["driver.version"][3] == "", "a setting without a default shows none"

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+#: The apt suite of a flat repository (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).
+FLAT_SUITE = "/"
+
 UPSTREAM: dict[str, dict[str, Any]] = {
     "cuda": {
         "url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/",
         "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/3bf863cc.pub",
-        "suite": "/",
+        "suite": FLAT_SUITE,
     },
     "container_toolkit": {
         "url": "https://nvidia.github.io/libnvidia-container/stable/{pkgformat}/{arch}/",
         "key_url": "https://nvidia.github.io/libnvidia-container/gpgkey",
-        "suite": "/",
+        "suite": FLAT_SUITE,
     },
     "docker": {
         "url": "https://download.docker.com/linux/{os}",
@@ -29,7 +32,7 @@ UPSTREAM: dict[str, dict[str, Any]] = {
     "kubernetes": {
         "url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/",
         "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/Release.key",
-        "suite": "/",
+        "suite": FLAT_SUITE,
     },
 }
 

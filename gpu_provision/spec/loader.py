@@ -2,7 +2,8 @@
 
 Order: YAML (with positions, hostile-input limits) -> JSON Schema -> inheritance -> typed model -> checks of meaning
 (:mod:`gpu_provision.spec.semantics`) -> derived values (:func:`gpu_provision.spec.resolve.derive`) ->
-:class:`~gpu_provision.spec.model.Cluster`. Nothing here touches a node.
+:class:`~gpu_provision.spec.model.Cluster`. A setting the file leaves out takes the model's default, which comes from
+:mod:`gpu_provision.spec.settings`. Nothing here touches a node.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, cast
 from gpu_provision.errors import GpuProvisionError, SpecError
 from gpu_provision.spec import catalog, migparted
 from gpu_provision.spec.context import Context
-from gpu_provision.spec.defaults import UPSTREAM
 from gpu_provision.spec.model import (
     Cluster,
     ContainerRuntime,
@@ -39,6 +39,7 @@ from gpu_provision.spec.model import (
 from gpu_provision.spec.resolve import derive, resolve_node
 from gpu_provision.spec.schema import validate
 from gpu_provision.spec.semantics import check
+from gpu_provision.spec.settings import default
 from gpu_provision.spec.yamlsafe import Path, format_path, load_yaml
 
 DEFAULT_CLUSTER_FILE = "inventory/cluster.yaml"
@@ -51,9 +52,10 @@ def cluster_file_from_env(default: str = DEFAULT_CLUSTER_FILE) -> str:
 
 
 def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
-    data = {**UPSTREAM[name], **(raw or {})}
-    return Repository(url=data["url"], key_url=data["key_url"], suite=data.get("suite", "/"),
-                      components=tuple(data.get("components", ())))
+    # A mirror given in the file replaces the upstream repository key by key (its suite and components included).
+    data: dict[str, Any] = {**default(f"cluster.mirrors.{name}"), **(raw or {})}
+    settings: dict[str, Any] = {k: tuple(v) if k == "components" else v for k, v in data.items()}
+    return Repository(**settings)
 
 
 def _mode(value: Any) -> str:
@@ -61,6 +63,24 @@ def _mode(value: Any) -> str:
     if isinstance(value, (int, float)):
         return f"{int(value):04o}"
     return value if value.startswith("0") else "0" + value
+
+
+def _driver(raw: dict[str, Any]) -> Driver:
+    settings = dict(raw)
+    if "branch" in settings:
+        settings["branch"] = _text(settings["branch"])
+    elif "version" in settings:
+        # An exact version names its own branch; the default branch would only mislead a reader of the plan.
+        settings["branch"] = None
+    if "cuda_min" in settings:
+        settings["cuda_min"] = str(settings["cuda_min"])
+    return Driver(**settings)
+
+
+def _permissions(raw: dict[str, Any]) -> Permissions:
+    settings: dict[str, Any] = {k: _mode(v) if k == "mode" else tuple(v or ()) if k == "users" else v
+                                for k, v in raw.items()}
+    return Permissions(**settings)
 
 
 def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuModel | None, count: int) -> Mig:
@@ -108,50 +128,36 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
                 layouts[gpu] = per_gpu[gpu]
         elif per_gpu is not None:
             layouts[gpu] = per_gpu
-    return Mig(layouts=layouts, allow_drain=bool(mig.get("allow_drain", False)))
+    return Mig(layouts=layouts, allow_drain=bool(mig.get("allow_drain", default("mig.allow_drain"))))
 
 
 def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings) -> Node:
     gpus = raw.get("gpus") or {}
     model = catalog.model(gpus["model"]) if gpus.get("model") else None
-    count = int(gpus.get("count", 0))
-    driver = raw.get("driver") or {}
+    count = int(gpus.get("count", default("gpus.count")))
     ssh = raw.get("ssh") or {}
-    perms = raw.get("permissions") or {}
     vgpu = raw.get("vgpu") or {}
     vgpu_types: dict[int, str] = {}
     if "type" in vgpu:
         vgpu_types.update({i: vgpu["type"] for i in range(count)})
     vgpu_types.update({int(k): v for k, v in (vgpu.get("gpus") or {}).items()})
-    sharing = raw.get("sharing") or {}
     line = ctx.positions.of(("nodes", index))[0]
     return Node(
         name=raw["name"],
         address=raw["address"],
-        role=raw.get("role", "worker"),
+        role=raw.get("role", default("role")),
         group=raw.get("group"),
         labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
         taints=tuple(raw.get("taints") or ()),
         ssh=replace(cluster_ssh, **cast(dict[str, Any], {k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()})),
-        driver=Driver(
-            branch=_text(driver["branch"]) if "branch" in driver else ("580" if "version" not in driver else None),
-            version=driver.get("version"),
-            kernel_modules=driver.get("kernel_modules", "auto"),
-            install_method=driver.get("install_method", "package"),
-            reboot=driver.get("reboot", "never"),
-            cuda_min=str(driver["cuda_min"]) if "cuda_min" in driver else None,
-            fabric_manager=driver.get("fabric_manager"),
-            persistenced=driver.get("persistenced", True),
-        ),
+        driver=_driver(raw.get("driver") or {}),
         container_runtime=ContainerRuntime(**(raw.get("container_runtime") or {})),
         toolkit=Toolkit(**(raw.get("toolkit") or {})),
-        permissions=Permissions(group=perms.get("group"), mode=_mode(perms.get("mode", "0666")),
-                                users=tuple(perms.get("users") or ())),
+        permissions=_permissions(raw.get("permissions") or {}),
         gpus=GpuExpectation(model=model.key if model else gpus.get("model"), count=count),
         mig=_layouts(ctx, index, raw, model, count),
         vgpu=vgpu_types,
-        sharing=Sharing(strategy=sharing.get("strategy", "none"), replicas=sharing.get("replicas", 1),
-                        rename_by_default=sharing.get("rename_by_default", False)),
+        sharing=Sharing(**(raw.get("sharing") or {})),
         device_plugin=DevicePlugin(**(raw.get("device_plugin") or {})),
         verify=Verify(**(raw.get("verify") or {})),
         line=line,
@@ -172,8 +178,8 @@ def _path(ctx: Context, value: str | None) -> str | None:
 
 def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
     teams = tuple(
-        Team(name=t["name"], namespace=t.get("namespace", t["name"]), gpus=t.get("gpus", 0), mig=dict(t.get("mig") or {}),
-             users=tuple(t.get("users") or ()), groups=tuple(t.get("groups") or ()))
+        Team(**{**t, "namespace": t.get("namespace", t["name"]), "mig": dict(t.get("mig") or {}),
+                "users": tuple(t.get("users") or ()), "groups": tuple(t.get("groups") or ())})
         for t in raw.get("teams") or ()
     )
     settings = {k: v for k, v in raw.items() if k not in ("teams", "monitoring")}

@@ -2,13 +2,17 @@
 
 Every class is a frozen dataclass built once by :func:`gpu_provision.spec.loader.load_cluster` from a validated
 cluster file, after node settings have been resolved (node over group over defaults). Field names follow the
-file's keys; the schema in ``schemas/cluster.v1.schema.json`` documents each of them once.
+file's keys; :mod:`gpu_provision.spec.settings` describes each of them once and gives their defaults, so no default
+value is written here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
+
+from gpu_provision.spec.defaults import FLAT_SUITE
+from gpu_provision.spec.settings import default
 
 Role = Literal["control-plane", "worker"]
 KernelModules = Literal["open", "proprietary", "auto"]
@@ -25,7 +29,7 @@ class Repository:
     url: str
     key_url: str
     #: apt "suite" (``/`` for flat repositories such as NVIDIA's and pkgs.k8s.io).
-    suite: str = "/"
+    suite: str = FLAT_SUITE
     components: tuple[str, ...] = ()
 
 
@@ -47,12 +51,12 @@ class Mirrors:
 class SshSettings:
     """How the controller reaches nodes."""
 
-    user: str = "root"
-    port: int = 22
+    user: str = default("cluster.ssh.user")
+    port: int = default("cluster.ssh.port")
     key: str | None = None
     known_hosts: str | None = None
-    strict_host_key_checking: bool = True
-    connect_timeout: int = 10
+    strict_host_key_checking: bool = default("cluster.ssh.strict_host_key_checking")
+    connect_timeout: int = default("cluster.ssh.connect_timeout")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Team:
 
     name: str
     namespace: str
-    gpus: int = 0
+    gpus: int = default("cluster.kubernetes.teams[].gpus")
     mig: dict[str, int] = field(default_factory=dict)
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
@@ -71,8 +75,8 @@ class Team:
 class Monitoring:
     """DCGM exporter and the Prometheus scrape file."""
 
-    dcgm_exporter: bool = True
-    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
+    dcgm_exporter: bool = default("cluster.kubernetes.monitoring.dcgm_exporter")
+    dcgm_exporter_image: str = default("cluster.kubernetes.monitoring.dcgm_exporter_image")
     prometheus_scrape_file: str | None = None
 
 
@@ -80,14 +84,14 @@ class Monitoring:
 class Kubernetes:
     """The Kubernetes cluster the GPU nodes join."""
 
-    enabled: bool = True
-    version: str = "1.31.4"
-    pod_cidr: str = "10.244.0.0/16"
-    service_cidr: str = "10.96.0.0/12"
+    enabled: bool = default("cluster.kubernetes.enabled")
+    version: str = default("cluster.kubernetes.version")
+    pod_cidr: str = default("cluster.kubernetes.pod_cidr")
+    service_cidr: str = default("cluster.kubernetes.service_cidr")
     control_plane_endpoint: str | None = None
-    cni: Literal["flannel", "calico", "cilium"] = "flannel"
+    cni: Literal["flannel", "calico", "cilium"] = default("cluster.kubernetes.cni")
     cni_manifest: str | None = None
-    device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin:v0.17.2"
+    device_plugin_image: str = default("cluster.kubernetes.device_plugin_image")
     teams: tuple[Team, ...] = ()
     monitoring: Monitoring = field(default_factory=Monitoring)
 
@@ -102,16 +106,16 @@ class Driver:
     """NVIDIA driver: which one, how it is installed, and whether the node may reboot for it."""
 
     #: Branch such as ``"580"``; the newest version of that branch is installed and held.
-    branch: str | None = "580"
+    branch: str | None = default("driver.branch")
     #: Exact version such as ``"580.159.04"``; overrides ``branch`` when given.
     version: str | None = None
-    kernel_modules: KernelModules = "auto"
-    install_method: InstallMethod = "package"
-    reboot: Literal["allowed", "never"] = "never"
+    kernel_modules: KernelModules = default("driver.kernel_modules")
+    install_method: InstallMethod = default("driver.install_method")
+    reboot: Literal["allowed", "never"] = default("driver.reboot")
     #: Minimum CUDA version the driver must support (``nvidia-smi`` "CUDA Version").
     cuda_min: str | None = None
     fabric_manager: bool | None = None
-    persistenced: bool = True
+    persistenced: bool = default("driver.persistenced")
 
     @property
     def pinned_branch(self) -> str:
@@ -125,12 +129,12 @@ class Driver:
 class ContainerRuntime:
     """Docker (with containerd underneath) or containerd alone."""
 
-    kind: RuntimeKind = "containerd"
+    kind: RuntimeKind = default("container_runtime.kind")
     #: ``docker``: Docker's own repository; ``distro``: the distribution's ``docker.io`` package.
-    docker_source: Literal["docker", "distro"] = "docker"
+    docker_source: Literal["docker", "distro"] = default("container_runtime.docker_source")
     default_shm_size: str | None = None
-    log_max_size: str = "100m"
-    log_max_file: int = 3
+    log_max_size: str = default("container_runtime.log_max_size")
+    log_max_file: int = default("container_runtime.log_max_file")
     version: str | None = None
 
 
@@ -138,9 +142,9 @@ class ContainerRuntime:
 class Toolkit:
     """nvidia-container-toolkit."""
 
-    version: str = "1.17.8"
-    cdi: bool = True
-    default_runtime: bool = True
+    version: str = default("toolkit.version")
+    cdi: bool = default("toolkit.cdi")
+    default_runtime: bool = default("toolkit.default_runtime")
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ class Permissions:
 
     group: str | None = None
     #: Octal mode of ``/dev/nvidia*`` as a string, e.g. ``"0660"``.
-    mode: str = "0666"
+    mode: str = default("permissions.mode")
     users: tuple[str, ...] = ()
 
     @property
@@ -163,7 +167,7 @@ class GpuExpectation:
     """The GPUs a node is expected to have."""
 
     model: str | None = None
-    count: int = 0
+    count: int = default("gpus.count")
 
 
 @dataclass(frozen=True)
@@ -194,7 +198,7 @@ class Mig:
 
     layouts: dict[int, MigLayout] = field(default_factory=dict)
     #: Stop user processes holding a GPU instead of refusing the change.
-    allow_drain: bool = False
+    allow_drain: bool = default("mig.allow_drain")
 
     @property
     def enabled(self) -> bool:
@@ -206,23 +210,23 @@ class Mig:
 class Sharing:
     """GPU sharing as the device plugin offers it."""
 
-    strategy: SharingStrategy = "none"
-    replicas: int = 1
-    rename_by_default: bool = False
+    strategy: SharingStrategy = default("sharing.strategy")
+    replicas: int = default("sharing.replicas")
+    rename_by_default: bool = default("sharing.rename_by_default")
 
 
 @dataclass(frozen=True)
 class DevicePlugin:
     """NVIDIA device plugin settings for the node."""
 
-    mig_strategy: MigStrategy = "none"
+    mig_strategy: MigStrategy = default("device_plugin.mig_strategy")
 
 
 @dataclass(frozen=True)
 class Verify:
     """What the verification phase demands beyond the stack settings."""
 
-    bandwidth_min_ratio: float = 0.85
+    bandwidth_min_ratio: float = default("verify.bandwidth_min_ratio")
     container_image: str | None = None
 
 
@@ -232,7 +236,7 @@ class Node:
 
     name: str
     address: str
-    role: Role = "worker"
+    role: Role = default("role")
     group: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[str, ...] = ()

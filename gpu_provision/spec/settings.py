@@ -1,0 +1,393 @@
+"""Every cluster-file setting, described once: its type, allowed forms, description and default.
+
+This description is the one source of a setting. From it come the JSON Schema (``schemas/cluster.v1.schema.json``,
+with a ``default`` on every setting that has one), the typed model's defaults (:func:`default`, read by
+:mod:`gpu_provision.spec.model`) and the reference page (:mod:`gpu_provision.spec.reference`). It is Python rather
+than JSON because most of a schema is repetition (every object closed, every property described). After a change run
+``python tools/gen_schema.py`` and ``python tools/gen_docs.py``; tests/test_docs.py fails while either file is stale.
+A default here is what a setting is when the file leaves it out; values derived from other settings (the device
+plugin's MIG strategy, the team namespace) are worked out by :mod:`gpu_provision.spec.resolve` and described in prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+from itertools import chain
+from typing import Any
+
+from gpu_provision.spec.defaults import UPSTREAM
+
+DOCS = "docs/cluster-file.md"
+
+
+def _obj(desc: str, props: dict[str, Any], required: tuple[str, ...] = (), **kw: Any) -> dict[str, Any]:
+    """A closed mapping: unknown keys are errors, so a misspelt setting never passes silently."""
+    out: dict[str, Any] = {"type": "object", "description": desc, "additionalProperties": False, "properties": props}
+    if required:
+        out["required"] = list(required)
+    out.update(kw)
+    return out
+
+
+def _s(desc: str, **kw: Any) -> dict[str, Any]:
+    """A string setting; a known pattern brings its plain-words form, which error messages quote."""
+    out: dict[str, Any] = {"type": "string", "description": desc, **kw}
+    if "pattern" in kw and kw["pattern"] in FORMS:
+        out["x-allowed"] = FORMS[kw["pattern"]]
+    return out
+
+
+def _i(desc: str, **kw: Any) -> dict[str, Any]:
+    """An integer setting."""
+    return {"type": "integer", "description": desc, **kw}
+
+
+def _b(desc: str, **kw: Any) -> dict[str, Any]:
+    """A boolean setting."""
+    return {"type": "boolean", "description": desc, **kw}
+
+
+def _e(desc: str, values: list[str], **kw: Any) -> dict[str, Any]:
+    """A setting with a fixed set of values."""
+    return {"description": desc, "enum": values, **kw}
+
+
+_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
+_CIDR = r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$"
+_NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
+_PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me)?$"
+#: Plain words for each pattern, quoted by error messages ("allowed: ...") and the reference page.
+FORMS: dict[str, str] = {
+    _VERSION: "a version such as '12.4' or '1.17.8' (quote it in YAML)",
+    _CIDR: "an IPv4 CIDR such as '10.244.0.0/16'",
+    _NAME: "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63",
+    _PROFILE: "a MIG profile name such as '1g.18gb' or '1g.18gb+me'",
+    r"^[0-9]{3}$": "a three-digit driver branch such as '580'",
+    r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$": "a driver version such as '580.159.04'",
+    r"^[0-9]+[bkmg]?$": "a size such as '64m' or '1g'",
+    r"^[0-9]+[kmg]?$": "a size such as '100m'",
+    r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
+    r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
+    r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.31.4'",
+    "^[0-9]{1,2}$": "a GPU index such as '0'",
+}
+
+
+
+def _repository(name: str) -> dict[str, Any]:
+    """A package repository and its key; left out, the upstream one (``UPSTREAM[name]``) is used."""
+    upstream = UPSTREAM[name]
+    components: dict[str, Any] = {"type": "array", "description": "apt components (empty for flat repositories).",
+                                  "items": _s("One component, e.g. 'stable'.")}
+    if "components" in upstream:
+        components["default"] = upstream["components"]
+    return _obj(
+        "A package repository and its signing key. Point both at an internal mirror on air-gapped sites.",
+        {
+            "url": _s("Base URL of the repository (apt: the URL in the sources entry; yum: baseurl).", minLength=1),
+            "key_url": _s("URL of the ASCII-armored or binary signing key; the deploy installs it and references it "
+                         "with signed-by.", minLength=1),
+            "suite": _s("apt suite; '/' for flat repositories (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).",
+                       default=upstream["suite"]),
+            "components": components,
+        },
+        required=("url", "key_url"),
+        default=upstream,
+    )
+
+
+_ssh = _obj(
+    "How the controller connects to nodes over SSH.",
+    {
+        "user": _s("Remote user; it needs root or passwordless sudo.", minLength=1, default="root"),
+        "port": _i("SSH port.", minimum=1, maximum=65535, default=22),
+        "key": _s("Private key file, relative to the cluster file or absolute."),
+        "known_hosts": _s("known_hosts file to check host keys against, relative to the cluster file or absolute."),
+        "strict_host_key_checking": _b("Refuse unknown or changed host keys.", default=True),
+        "connect_timeout": _i("Seconds to wait for a node to answer before reporting it unreachable.",
+                             minimum=1, maximum=600, default=10),
+    },
+)
+
+# A node's SSH settings default to the cluster's (cluster.ssh), not to the cluster's defaults.
+_node_ssh = _obj("Per-node SSH overrides; a setting left out is the cluster's (cluster.ssh).",
+               {k: {key: v for key, v in _ssh["properties"][k].items() if key != "default"}
+                for k in ("user", "port", "key")})
+
+_layout = {
+    "type": "object",
+    "description": "MIG layout: profile name -> number of GPU instances, e.g. {'1g.18gb': 2, '3g.71gb': 1}. "
+                   "Profiles are those of the node's GPU model (gpu-provision mig-plan --gpu MODEL lists them).",
+    "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
+    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 7,
+                             "description": "Number of instances of this profile."},
+}
+
+_gpu_mig = _obj(
+    "MIG settings of one GPU.",
+    {
+        "enabled": _b("Turn MIG mode on (true) or off (false) on this GPU."),
+        "layout": _layout,
+        "config": _s("Name of a configuration in the mig-parted file (cluster.mig_parted_file) to use for this GPU."),
+    },
+)
+
+_mig = _obj(
+    "MIG (Multi-Instance GPU) settings: a layout for all GPUs, or per GPU index.",
+    {
+        "enabled": _b("Turn MIG mode on or off on every GPU (default: on when a layout or config is given)."),
+        "layout": _layout,
+        "config": _s("Name of a configuration in the mig-parted file (cluster.mig_parted_file); the file's own "
+                    "device filters and per-device entries apply."),
+        "gpus": {
+            "type": "object",
+            "description": "Per-GPU settings by GPU index ('0', '1', ...); they replace the node-wide ones.",
+            "propertyNames": {"pattern": "^[0-9]{1,2}$", "x-allowed": "a GPU index such as '0'"},
+            "additionalProperties": _gpu_mig,
+        },
+        "allow_drain": _b("When user processes hold a GPU that needs a MIG change, stop them instead of refusing.",
+                         default=False),
+    },
+)
+
+_node_props = {
+    "role": _e("Node role in Kubernetes.", ["control-plane", "worker"], default="worker"),
+    "labels": {"type": "object", "description": "Kubernetes node labels.",
+               "additionalProperties": _s("Label value.", maxLength=63)},
+    "taints": {"type": "array", "description": "Kubernetes taints as key=value:Effect.",
+               "items": _s("One taint.", pattern=r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$")},
+    "ssh": _node_ssh,
+    "driver": _obj(
+        "NVIDIA driver.",
+        {
+            "branch": {"type": ["string", "integer"], "description": "Driver branch to install and hold, e.g. 580.",
+                       "pattern": r"^[0-9]{3}$", "minimum": 100, "maximum": 999,
+                       "x-allowed": "a three-digit driver branch such as 580", "default": "580"},
+            "version": _s("Exact driver version, e.g. '580.159.04'; overrides branch.",
+                         pattern=r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$"),
+            "kernel_modules": _e("Kernel module flavour: open (Turing and newer), proprietary, or auto (open where "
+                                "the architecture supports it).", ["open", "proprietary", "auto"], default="auto"),
+            "install_method": _e("'package': install from the repository; 'preinstalled': a vendor image's driver, "
+                                "checked but never changed.", ["package", "preinstalled"], default="package"),
+            "reboot": _e("Whether the deploy may reboot the node when a driver or MIG change needs it.",
+                        ["allowed", "never"], default="never"),
+            "cuda_min": {"type": ["string", "number"], "description": "Minimum CUDA version the driver must support, "
+                         "e.g. '12.4' (quote it: 12.10 unquoted reads as 12.1).", "pattern": _VERSION,
+                         "x-allowed": "a CUDA version such as '12.4'"},
+            "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8-GPU "
+                                "H100/H200/B200 nodes."),
+            "persistenced": _b("Enable nvidia-persistenced.", default=True),
+        },
+    ),
+    "container_runtime": _obj(
+        "Container runtime.",
+        {
+            "kind": _e("docker (with containerd underneath) or containerd alone.", ["docker", "containerd"],
+                      default="containerd"),
+            "docker_source": _e("Where Docker comes from: Docker's repository (mirrors.docker) or the distribution's "
+                               "docker.io package.", ["docker", "distro"], default="docker"),
+            "default_shm_size": _s("Docker default-shm-size, e.g. '1g'.", pattern=r"^[0-9]+[bkmg]?$"),
+            "log_max_size": _s("Container log rotation size (Docker log-opts max-size).", pattern=r"^[0-9]+[kmg]?$",
+                              default="100m"),
+            "log_max_file": _i("Rotated log files kept per container.", minimum=1, maximum=100, default=3),
+            "version": _s("Exact runtime package version to pin (default: repository's newest).", minLength=1),
+        },
+    ),
+    "toolkit": _obj(
+        "nvidia-container-toolkit.",
+        {
+            "version": _s("Toolkit version, e.g. '1.17.8'.", pattern=_VERSION, default="1.17.8"),
+            "cdi": _b("Generate a CDI spec (/etc/cdi/nvidia.yaml) and keep it current with the driver.", default=True),
+            "default_runtime": _b("Make nvidia the runtime's default.", default=True),
+        },
+    ),
+    "permissions": _obj(
+        "Who may use the GPUs.",
+        {
+            "group": _s("Group that owns /dev/nvidia* (created if missing).", pattern=r"^[a-z_][a-z0-9_-]*$"),
+            "mode": {"type": ["string", "integer"], "description": "Mode of /dev/nvidia* as octal, e.g. '0660'.",
+                     "pattern": r"^0?[0-7]{3}$", "x-allowed": "an octal mode such as '0660'", "default": "0666"},
+            "users": {"type": "array", "description": "Users added to the group.",
+                      "items": _s("User name.", pattern=r"^[a-z_][a-z0-9_-]*$")},
+        },
+    ),
+    "gpus": _obj(
+        "The GPUs the node is expected to have (checked by preflight and verification).",
+        {
+            "model": _s("GPU model key: H200, H100-80GB, H100-NVL, GH200, A100-40GB, A100-80GB, A30, B200, L40S, "
+                       "L4, A10, T4."),
+            "count": _i("Number of GPUs.", minimum=0, maximum=16, default=0),
+        },
+    ),
+    "mig": _mig,
+    "vgpu": _obj(
+        "vGPU host settings (SR-IOV GPUs with NVIDIA's vGPU host driver).",
+        {
+            "type": _s("vGPU type for every GPU's virtual functions, e.g. 'NVIDIA H200X-141C'."),
+            "gpus": {"type": "object", "description": "vGPU type per GPU index.",
+                     "propertyNames": {"pattern": "^[0-9]{1,2}$", "x-allowed": "a GPU index such as '0'"},
+                     "additionalProperties": _s("vGPU type name.")},
+        },
+    ),
+    "sharing": _obj(
+        "GPU sharing offered by the device plugin.",
+        {
+            "strategy": _e("none, time-slicing or mps.", ["none", "time-slicing", "mps"], default="none"),
+            "replicas": _i("Replicas each GPU is advertised as (time-slicing and MPS need at least 2).",
+                          minimum=1, maximum=64, default=1),
+            "rename_by_default": _b("Advertise shared GPUs as nvidia.com/gpu.shared.", default=False),
+        },
+    ),
+    "device_plugin": _obj(
+        "NVIDIA device plugin.",
+        {"mig_strategy": _e("How MIG devices are advertised: none, single or mixed. Left out on a node with MIG on: "
+                           "single when every GPU has the same layout of one profile, else mixed.",
+                           ["none", "single", "mixed"], default="none")},
+    ),
+    "verify": _obj(
+        "Verification thresholds.",
+        {
+            "bandwidth_min_ratio": {"type": "number", "minimum": 0.1, "maximum": 1.0,
+                                    "description": "Flag a GPU whose measured memory bandwidth is below this "
+                                                   "fraction of the model's figure.", "default": 0.85},
+            "container_image": _s("Image used for the container check (default: built on the node from its own "
+                                 "files)."),
+        },
+    ),
+}
+
+NODE_SETTINGS = _obj("Node settings; used in defaults, groups and nodes (node over group over defaults).", _node_props)
+
+_node = _obj(
+    "One node.",
+    {
+        "name": _s("Node name (also its Kubernetes node name).", pattern=_NAME),
+        "address": _s("Address or host name the controller connects to.", minLength=1),
+        "group": _s("Node group whose settings this node inherits."),
+        **_node_props,
+    },
+    required=("name", "address"),
+)
+
+_team = _obj(
+    "A team: namespace, GPU quota and access.",
+    {
+        "name": _s("Team name.", pattern=_NAME),
+        "namespace": _s("Namespace (default: the team name).", pattern=_NAME),
+        "gpus": _i("Quota on requests.nvidia.com/gpu.", minimum=0, default=0),
+        "mig": {"type": "object", "description": "Quota per MIG resource, by profile name.",
+                "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
+                "additionalProperties": {"type": "integer", "minimum": 0, "description": "Instances."}},
+        "users": {"type": "array", "description": "Users bound to the team's role.", "items": _s("User.")},
+        "groups": {"type": "array", "description": "Groups bound to the team's role.", "items": _s("Group.")},
+    },
+    required=("name",),
+)
+
+_kubernetes = _obj(
+    "The Kubernetes cluster (kubeadm).",
+    {
+        "enabled": _b("Install Kubernetes on the nodes.", default=True),
+        "version": _s("Kubernetes version, e.g. '1.31.4'; kubelet, kubeadm and kubectl are pinned to it.",
+                     pattern=r"^1\.[0-9]{2}\.[0-9]+$", default="1.31.4"),
+        "pod_cidr": _s("Pod network CIDR.", pattern=_CIDR, default="10.244.0.0/16"),
+        "service_cidr": _s("Service network CIDR.", pattern=_CIDR, default="10.96.0.0/12"),
+        "control_plane_endpoint": _s("Stable address (host[:port]) of the API server; default: the first "
+                                    "control plane's address."),
+        "cni": _e("CNI plugin.", ["flannel", "calico", "cilium"], default="flannel"),
+        "cni_manifest": _s("URL or path of the CNI manifest (override for air-gapped sites)."),
+        "device_plugin_image": _s("NVIDIA device plugin image.", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
+        "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
+        "monitoring": _obj(
+            "GPU monitoring.",
+            {
+                "dcgm_exporter": _b("Run the DCGM exporter on GPU nodes.", default=True),
+                "dcgm_exporter_image": _s("DCGM exporter image.",
+                                         default="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
+                "prometheus_scrape_file": _s("Where to write a Prometheus scrape configuration for the exporters."),
+            },
+        ),
+    },
+)
+
+_mirrors = _obj(
+    "Download locations. Each can point at an internal mirror for air-gapped sites.",
+    {
+        **{name: _repository(name) for name in ("cuda", "container_toolkit", "docker", "kubernetes")},
+        "registry": _s("Registry host that replaces the registry of every container image, e.g. "
+                      "'registry.internal:5000'."),
+        "package_proxy": _s("HTTP proxy for the nodes' package manager, e.g. 'http://10.0.0.1:3142'."),
+    },
+)
+
+#: The cluster file's JSON Schema, as written to schemas/cluster.v1.schema.json.
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://gpu-provision.dev/schemas/cluster.v1.schema.json",
+    "title": "gpu-provision cluster file, version v1",
+    "description": "One file describes a GPU cluster: its nodes, their GPU stack and the Kubernetes cluster. "
+                   f"Reference: {DOCS}",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["version", "cluster", "nodes"],
+    "properties": {
+        "version": {"const": "v1", "description": "File format version; must be 'v1'."},
+        "cluster": _obj(
+            "Cluster-wide settings.",
+            {
+                "name": _s("Cluster name.", pattern=_NAME),
+                "kubernetes": _kubernetes,
+                "mirrors": _mirrors,
+                "ssh": _ssh,
+                "mig_parted_file": _s("A mig-parted 'version: v1' file whose named configs nodes can use "
+                                     "(mig.config), relative to this file."),
+            },
+            required=("name",),
+        ),
+        "defaults": NODE_SETTINGS,
+        "groups": {"type": "object", "description": "Node groups by name; a node names its group with 'group'.",
+                   "propertyNames": {"pattern": _NAME, "x-allowed": FORMS[_NAME]}, "additionalProperties": NODE_SETTINGS},
+        "nodes": {"type": "array", "description": "The nodes.", "minItems": 1, "items": _node},
+    },
+}
+
+
+
+#: Where node settings stop being listed under ``defaults`` and ``groups``: the reference lists them once, by themselves.
+_NODE_SETTINGS_AT = ("defaults", "groups.<name>")
+
+
+def entries(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every setting under ``node`` with its path as the reference page writes it.
+
+    Paths read ``cluster.ssh.port``, ``nodes[].name``, ``mig.gpus.<index>.layout``. Under :data:`SCHEMA` the node
+    settings are not repeated for ``defaults``, ``groups.<name>`` and ``nodes[]``; walk :data:`NODE_SETTINGS` for them.
+    """
+    if path:
+        yield path, node
+        if path in _NODE_SETTINGS_AT:
+            return
+    for name, sub in node.get("properties", {}).items():
+        if path == "nodes[]" and name in _node_props:
+            continue
+        yield from entries(sub, f"{path}.{name}" if path else name)
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict) and (extra.get("type") == "object" or "properties" in extra):
+        key = "<index>" if "index" in str(node.get("propertyNames", {})) else "<name>"
+        yield from entries(extra, f"{path}.{key}")
+    items = node.get("items")
+    if isinstance(items, dict) and items.get("type") == "object":
+        yield from entries(items, f"{path}[]")
+
+
+@cache
+def defaults() -> dict[str, Any]:
+    """The default of every setting that has one, by path: ``cluster.ssh.port`` or, for node settings, ``driver.reboot``."""
+    found = chain(entries(SCHEMA), entries(NODE_SETTINGS))
+    return {path: sub["default"] for path, sub in found if "default" in sub}
+
+
+def default(path: str) -> Any:
+    """The default of the setting at ``path``; a path without one raises KeyError (a typo fails at import)."""
+    return defaults()[path]
