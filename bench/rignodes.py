@@ -6,8 +6,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpu_provision.rig.config import RigError, RigNode
-from gpu_provision.rig.lifecycle import Rig
+from gpu_provision_rig.config import RigError, RigNode
+from gpu_provision_rig.lifecycle import Rig
 
 FIRST_INDEX = 101
 MAX_NODES = 6
@@ -38,7 +38,7 @@ def ensure(count: int, converge: str) -> tuple[list[RigNode], Path, Path]:
 
 def base_root() -> Path:
     """The rig's Debian base image (built by the rig if it is not there yet)."""
-    from gpu_provision.rig.base import ensure_base
+    from gpu_provision_rig.base import ensure_base
 
     return Path(ensure_base(Rig().paths.cache))
 

@@ -6,9 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GPU_PROVISION_CLUSTER=${GPU_PROVISION_CLUSTER:-inventory/rig.yaml}
 gp=.venv/bin/gpu-provision
+rig=.venv/bin/gpu-provision-rig
 
 if [ "${1:-}" = down ]; then
-  exec "$gp" rig down
+  exec "$rig" down
 fi
 if [ "$(id -u)" != 0 ]; then
   echo "scripts/demo.sh needs root: it starts systemd-nspawn nodes on a private bridge" >&2
@@ -18,16 +19,16 @@ fi
 step() { printf '\n=== %s\n' "$*"; }
 timed() { local t0=$SECONDS; "$@"; local rc=$?; printf -- '--- %ss\n' $((SECONDS - t0)); return $rc; }
 
-step "setup (virtual environment, host packages)"
-timed bash scripts/setup.sh
+step "setup (virtual environment, test rig, host packages)"
+timed bash scripts/setup-dev.sh
 
 step "validate and plan $GPU_PROVISION_CLUSTER"
 "$gp" validate "$GPU_PROVISION_CLUSTER"
 "$gp" plan "$GPU_PROVISION_CLUSTER"
 
 step "rig up: nodes, signed package mirror, apt proxy"
-timed "$gp" rig up --cluster "$GPU_PROVISION_CLUSTER"
-"$gp" rig inventory
+timed "$rig" up --cluster "$GPU_PROVISION_CLUSTER"
+"$rig" inventory
 
 step "converge: pyinfra inventory.py deploys/gpu_node.py"
 timed .venv/bin/pyinfra -y inventory.py deploys/gpu_node.py

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The test command: sets everything up (scripts/setup.sh), then lint, type checks and the whole pytest suite,
+# The test command: sets everything up (scripts/setup-dev.sh), then lint, type checks and the whole pytest suite,
 # rig tests included when run as root. pytest's "no tests ran" (exit 5) is a failure here, like any other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-.venv/bin/ruff check gpu_provision tests bench deploys inventory.py tools
+bash scripts/setup-dev.sh
+.venv/bin/ruff check gpu_provision rig tests bench deploys inventory.py tools
 .venv/bin/mypy
 set +e
 .venv/bin/pytest "$@"

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"
+SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
 #: What the stand-in module load writes for the open module of driver 580.159.04.
 OPEN_VERSION_LINE = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
                      "(dvs-builder@gpu-sim)  \n")
@@ -22,7 +22,7 @@ def lay_out(root: Path, version_line: str = OPEN_VERSION_LINE) -> dict[str, str]
     (data / "gpus").mkdir(parents=True)
     for model in (REPO / "gpu_provision" / "data" / "gpus").glob("*.json"):
         shutil.copy(model, data / "gpus" / model.name)
-    shutil.copy(REPO / "gpu_provision" / "rig" / "sim" / "hardware.json", data / "hardware.json")
+    shutil.copy(REPO / "rig" / "gpu_provision_rig" / "sim" / "hardware.json", data / "hardware.json")
     (root / "lib").mkdir()
     (root / "lib" / "driver.json").write_text(json.dumps({"version": "580.159.04", "cuda_version": "13.0"}))
     (root / "run").mkdir()

@@ -17,7 +17,7 @@ from typing import Any
 from gpu_provision.verify.expect import build_expectations
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"
+SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
 VERSION_LINE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@gpu-sim)  \n"
 
 H200_GPUS = [

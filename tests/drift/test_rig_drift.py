@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from drift_samples import write_cluster
 
-from gpu_provision.rig.config import RigNode
-from gpu_provision.rig.lifecycle import Rig, missing_requirements
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.lifecycle import Rig, missing_requirements
 
 pytestmark = pytest.mark.rig
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.rig.config import RigNode
-from gpu_provision.rig.lifecycle import Rig, missing_requirements
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.lifecycle import Rig, missing_requirements
 
 DEFAULT_SHAPES: list[tuple[str | None, int]] = [("H200", 2), (None, 0)]
 """GPU model and count of each node a module gets unless it sets ``RIG_NODE_SHAPES``."""

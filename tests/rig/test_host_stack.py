@@ -1,6 +1,6 @@
 """The host stack on rig nodes through real pyinfra runs: converge, no change, repair hand changes, GPU in a container.
 
-Stand-ins (see gpu_provision/rig/standins/): the NVIDIA driver, kernel modules and container toolkit packages
+Stand-ins (see rig/gpu_provision_rig/standins/): the NVIDIA driver, kernel modules and container toolkit packages
 come from the rig's signed mirror and behave as documented without hardware; ``/lib/modules/<kernel>/build`` is
 the stand-in for kernel headers (rig nodes run the host's kernel, which has none); the test removes it to show a
 node without headers stopped by preflight, and puts it back.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_provision.rig.config import RigNode
 from gpu_provision.stages.pipeline import HOST_STACK
+from gpu_provision_rig.config import RigNode
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ kubeadm and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, 
 join and a control-plane join with a certificate key,
 applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
 second run changes nothing. What the stand-ins cannot prove is listed in
-``gpu_provision/rig/standins/kubernetes/common/standin_api.py``.
+``rig/gpu_provision_rig/standins/kubernetes/common/standin_api.py``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.rig.config import BRIDGE_ADDRESS, RigNode
-from gpu_provision.rig.mirror import build_mirror
+from gpu_provision_rig.config import BRIDGE_ADDRESS, RigNode
+from gpu_provision_rig.mirror import build_mirror
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -34,7 +34,7 @@ KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
 TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 
 #: The rig's nodes cannot download flannel's manifest; the stand-in one has the same namespace and DaemonSet.
-CNI = REPO / "gpu_provision/rig/standins/kubernetes/common/cni-flannel-standin.json"
+CNI = REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-standin.json"
 
 DEPLOY = REPO / "deploys" / "cluster.py"
 

@@ -1,6 +1,6 @@
 """MIG layouts on a rig node with two simulated H200s, through real pyinfra runs of preflight, driver and mig.
 
-Stand-ins (gpu_provision/rig/standins/): the NVIDIA driver packages from the rig's signed mirror, whose
+Stand-ins (rig/gpu_provision_rig/standins/): the NVIDIA driver packages from the rig's signed mirror, whose
 ``nvidia-smi`` is the GPU simulator; ``/lib/modules/<kernel>/build`` stands in for kernel headers. Layout A -> B -> A,
 a second run that changes nothing, refusal while a process holds a GPU, and the layout back after the node reboots
 (``gpu-provision-mig.service``).
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_provision.rig.config import RigNode
-from gpu_provision.rig.node import leader_pid
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.node import leader_pid
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 

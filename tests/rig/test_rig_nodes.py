@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from gpu_provision.cli import main as cli_main
-from gpu_provision.rig.hardware import gpu_uuid
-from gpu_provision.rig.node import leader_pid
+from gpu_provision_rig.cli import main as cli_main
+from gpu_provision_rig.hardware import gpu_uuid
+from gpu_provision_rig.node import leader_pid
 
 pytestmark = pytest.mark.rig
 
@@ -96,11 +96,11 @@ def test_node_reboot_from_inside_comes_back(rig, rig_nodes, ssh):
 
 
 def test_cli_inventory_and_status(rig_nodes, capsys):
-    assert cli_main(["rig", "inventory", "--json"]) == 0
+    assert cli_main(["inventory", "--json"]) == 0
     listed = {n["name"]: n for n in json.loads(capsys.readouterr().out)}
     assert [(listed[n.name]["ssh_address"], listed[n.name]["bridge_address"], listed[n.name]["state"])
             for n in rig_nodes] == [(n.ssh_address, n.bridge_address, "running") for n in rig_nodes]
-    cli_main(["rig", "status"])
+    cli_main(["status"])
     out = capsys.readouterr().out
     assert "apt_proxy: True" in out and "bridge: True" in out and "blackhole_route: True" in out
     for n in rig_nodes:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gpu_provision.rig.node import leader_pid
+from gpu_provision_rig.node import leader_pid
 
 pytestmark = pytest.mark.rig
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.rig import network
-from gpu_provision.rig.config import BRIDGE_NAME, SUBNET
-from gpu_provision.rig.lifecycle import ssh_banner
-from gpu_provision.rig.node import leader_pid
+from gpu_provision_rig import network
+from gpu_provision_rig.config import BRIDGE_NAME, SUBNET
+from gpu_provision_rig.lifecycle import ssh_banner
+from gpu_provision_rig.node import leader_pid
 
 pytestmark = pytest.mark.rig
 
@@ -53,7 +53,7 @@ def test_down_leaves_nothing_behind(rig_exclusive, rig_nodes):
     rig.down()
     state = str(rig.paths.state)
     assert _processes_mentioning(state) == []
-    assert _processes_mentioning("gpu_provision.rig.") == []
+    assert _processes_mentioning("gpu_provision_rig.") == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in leaders)
     with open("/proc/self/mountinfo") as f:
         assert [line for line in f if state in line] == []

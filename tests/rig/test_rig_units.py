@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.rig import hardware
-from gpu_provision.rig.base import base_key
-from gpu_provision.rig.cluster import nodes_from_cluster
-from gpu_provision.rig.config import RigError, RigNode, RigPaths, check_distinct, numbered_nodes
-from gpu_provision.rig.forward import Forwarder
-from gpu_provision.rig.procs import read_pid, start_daemon, stop_daemon
-from gpu_provision.rig.sshkeys import known_hosts_line
+from gpu_provision_rig import hardware
+from gpu_provision_rig.base import base_key
+from gpu_provision_rig.cluster import nodes_from_cluster
+from gpu_provision_rig.config import RigError, RigNode, RigPaths, check_distinct, numbered_nodes
+from gpu_provision_rig.forward import Forwarder
+from gpu_provision_rig.procs import read_pid, start_daemon, stop_daemon
+from gpu_provision_rig.sshkeys import known_hosts_line
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -169,7 +169,7 @@ def test_forwarder_closes_connections_while_the_node_is_down():
     ("127.0.10.1:22", "192.168.1.1:22", "is outside the rig subnet"),
 ])
 def test_forwarder_refuses_addresses_outside_its_ranges(listen, target, message):
-    proc = subprocess.run([sys.executable, "-m", "gpu_provision.rig.forward", listen, target], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "gpu_provision_rig.forward", listen, target], capture_output=True,
                           text=True, cwd=REPO, timeout=30)
     assert proc.returncode == 2
     assert message in proc.stderr

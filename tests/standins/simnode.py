@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"
+SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
 FIXTURES = REPO / "tests" / "fixtures"
 FIXTURE_QUERY = (
     "index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.current,mig.mode.pending,persistence_mode,"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from simnode import FIXTURES, H200_HOST
 
-from gpu_provision.rig.mirror import REPOS, MirrorInfo, build_mirror
+from gpu_provision_rig.mirror import REPOS, MirrorInfo, build_mirror
 
 pytestmark = [
     pytest.mark.slow,
@@ -59,8 +59,8 @@ class Chroot:
 
 @pytest.fixture
 def chroot(mirror: MirrorInfo, tmp_path: Path) -> Iterator[Chroot]:
-    from gpu_provision.rig.base import ensure_base
-    from gpu_provision.rig.config import RigPaths
+    from gpu_provision_rig.base import ensure_base
+    from gpu_provision_rig.config import RigPaths
 
     base = ensure_base(RigPaths.from_env().cache)
     up, work, root = tmp_path / "up", tmp_path / "work", tmp_path / "root"

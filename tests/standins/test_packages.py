@@ -13,7 +13,7 @@ import pytest
 import tomlkit
 from simnode import H200X2_HOST
 
-from gpu_provision.rig import debs
+from gpu_provision_rig import debs
 
 EXPECTED = {
     ("cuda", "nvidia-driver"): ["580.159.04-1", "580.126.09-1"],

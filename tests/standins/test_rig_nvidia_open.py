@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 import tomlkit
 
-from gpu_provision.rig.config import RigNode
-from gpu_provision.rig.lifecycle import Rig, missing_requirements
-from gpu_provision.rig.mirror import build_mirror
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.lifecycle import Rig, missing_requirements
+from gpu_provision_rig.mirror import build_mirror
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 

@@ -1,0 +1,220 @@
+"""The test rig's signed package mirror: flat apt repositories laid out like the real upstreams.
+
+``build_mirror(dest)`` builds every stand-in package (:mod:`gpu_provision_rig.debs`) and writes, under
+``dest/www`` (the directory to serve at http://10.77.0.1:8080/):
+
+- ``cuda/debian12/x86_64/``: NVIDIA's CUDA repository for Debian 12 (driver, kernel modules, fabric manager, DCGM);
+- ``libnvidia-container/stable/deb/amd64/``: NVIDIA's container toolkit repository;
+- ``kubernetes/core:/stable:/v1.31/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
+
+Each is a flat repository (``deb [signed-by=KEY] URL/ /``) with ``Packages``, ``Packages.gz``, ``Release``,
+``InRelease`` and ``Release.gpg``, signed with one key generated on the first build (no passphrase; the keyring
+stays in ``dest/gnupg``, outside the served tree, and is reused). The public key is served at ``keys/`` and at
+the places the upstream instructions fetch it from. A repository whose packages and key are unchanged is not
+re-indexed or re-signed, so a second build with unchanged sources only hashes files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpu_provision_rig import debs
+from gpu_provision_rig.errors import RigError
+
+MIRROR_HOST_PACKAGES: tuple[str, ...] = (
+    "apt-utils",  # apt-ftparchive: Packages and Release files
+    "gnupg",  # gpg: the signing key, InRelease and Release.gpg
+    "dpkg",  # dpkg-deb: builds the stand-in packages
+)
+"""Debian packages the mirror build needs on the host (``.ci/run`` installs them)."""
+
+REPOS: dict[str, str] = {
+    "cuda": "cuda/debian12/x86_64",
+    "libnvidia-container": "libnvidia-container/stable/deb/amd64",
+    "kubernetes": "kubernetes/core:/stable:/v1.31/deb",
+}
+"""Repository name (the ``standins/<name>/`` directory) -> path under the served root."""
+
+RELEASE_FIELDS: dict[str, dict[str, str]] = {
+    "cuda": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
+    "libnvidia-container": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA libnvidia-container"},
+    "kubernetes": {"Origin": "gpu-provision test rig", "Label": "stand-in for pkgs.k8s.io core stable v1.31"},
+}
+
+# Where the upstream install instructions fetch the repository key, relative to the served root.
+KEY_COPIES: tuple[str, ...] = (
+    "keys/gpu-provision-rig.asc",
+    "cuda/debian12/x86_64/gpu-provision-rig.pub",
+    "libnvidia-container/gpgkey",
+    "kubernetes/core:/stable:/v1.31/deb/Release.key",
+)
+KEY_UID = "gpu-provision test rig mirror <rig-mirror@gpu-provision.invalid>"
+# Bump when the index layout or Release fields change, so repositories are re-indexed.
+INDEX_FORMAT = 1
+
+
+class MirrorError(RigError):
+    """The mirror could not be built; the message names the failing step."""
+
+
+@dataclass(frozen=True)
+class MirrorInfo:
+    """A built mirror: what to serve, its public key and the repositories in it."""
+
+    root: Path
+    key_path: Path
+    fingerprint: str
+    repos: dict[str, str] = field(default_factory=dict)
+
+
+def _run(argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+         stdout_path: Path | None = None) -> str:
+    try:
+        if stdout_path is not None:
+            with open(stdout_path, "wb") as out:
+                proc = subprocess.run(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.PIPE, check=False)
+            text = ""
+        else:
+            proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=False)
+            text = proc.stdout.decode()
+    except FileNotFoundError as exc:
+        raise MirrorError(f"{argv[0]} not found: install {' '.join(MIRROR_HOST_PACKAGES)}") from exc
+    if proc.returncode != 0:
+        raise MirrorError(f"{' '.join(argv[:3])}... failed: {proc.stderr.decode().strip()}")
+    return text
+
+
+def _gpg_env(home: Path) -> dict[str, str]:
+    return dict(os.environ, GNUPGHOME=str(home), LC_ALL="C")
+
+
+GPG_BATCH = ["gpg", "--batch", "--no-tty", "--pinentry-mode", "loopback", "--passphrase", ""]
+
+
+def ensure_key(home: Path) -> str:
+    """Fingerprint of the mirror's signing key, generating it (ed25519, no passphrase) the first time."""
+    home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)
+    env = _gpg_env(home)
+
+    def secret_fingerprint() -> str | None:
+        listing = _run(["gpg", "--batch", "--with-colons", "--list-secret-keys"], env=env)
+        for line in listing.splitlines():
+            if line.startswith("fpr:"):
+                return line.split(":")[9]
+        return None
+
+    fingerprint = secret_fingerprint()
+    if fingerprint is None:
+        _run([*GPG_BATCH, "--quick-generate-key", KEY_UID, "ed25519", "sign", "never"], env=env)
+        fingerprint = secret_fingerprint()
+    if fingerprint is None:
+        raise MirrorError(f"no signing key in {home} after generating one")
+    return fingerprint
+
+
+def _stop_agent(home: Path) -> None:
+    """gpg starts an agent per home; stop it so no process outlives the build."""
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=_gpg_env(home), capture_output=True, check=False)
+
+
+def _file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sync_debs(repo_dir: Path, wanted: list[debs.BuiltDeb]) -> None:
+    """Make the repository hold exactly ``wanted`` (hard links where possible)."""
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    names = {deb.path.name for deb in wanted}
+    for existing in repo_dir.glob("*.deb"):
+        if existing.name not in names:
+            existing.unlink()
+    for deb in wanted:
+        target = repo_dir / deb.path.name
+        if target.exists() and _file_hash(target) == _file_hash(deb.path):
+            continue
+        target.unlink(missing_ok=True)
+        try:
+            os.link(deb.path, target)
+        except OSError:
+            shutil.copy2(deb.path, target)
+
+
+def _index(name: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
+    """Write Packages(.gz) and Release with apt-ftparchive, then InRelease and Release.gpg."""
+    for stale in ("Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"):
+        (repo_dir / stale).unlink(missing_ok=True)
+    _run(["apt-ftparchive", "packages", "."], cwd=repo_dir, stdout_path=repo_dir / "Packages")
+    with open(repo_dir / "Packages", "rb") as src, gzip.GzipFile(repo_dir / "Packages.gz", "wb", mtime=0) as dst:
+        shutil.copyfileobj(src, dst)
+    options = []
+    for key, value in {**RELEASE_FIELDS.get(name, {}), "Suite": "stable", "Architectures": "amd64 all"}.items():
+        options += ["-o", f"APT::FTPArchive::Release::{key}={value}"]
+    release = _run(["apt-ftparchive", *options, "release", "."], cwd=repo_dir)
+    (repo_dir / "Release").write_text(release)
+    env = _gpg_env(home)
+    _run([*GPG_BATCH, "--yes", "--local-user", fingerprint, "--clearsign", "--output", "InRelease", "Release"],
+         env=env, cwd=repo_dir)
+    _run([*GPG_BATCH, "--yes", "--local-user", fingerprint, "--armor", "--detach-sign", "--output", "Release.gpg",
+          "Release"], env=env, cwd=repo_dir)
+
+
+def _publish_key(root: Path, home: Path, fingerprint: str) -> Path:
+    armored = _run(["gpg", "--batch", "--armor", "--export", fingerprint], env=_gpg_env(home))
+    if "BEGIN PGP PUBLIC KEY BLOCK" not in armored:
+        raise MirrorError("exporting the mirror's public key gave no key")
+    for rel in KEY_COPIES:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != armored:
+            path.write_text(armored)
+    binary = root / "keys" / "gpu-provision-rig.gpg"
+    binary_key = subprocess.run(["gpg", "--batch", "--export", fingerprint], env=_gpg_env(home),
+                                capture_output=True, check=True).stdout
+    if not binary.exists() or binary.read_bytes() != binary_key:
+        binary.write_bytes(binary_key)
+    return root / KEY_COPIES[0]
+
+
+def build_mirror(dest: Path) -> MirrorInfo:
+    """Build (or bring up to date) the signed mirror under ``dest``; serve ``MirrorInfo.root``."""
+    dest = Path(dest).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest / "www"
+    home = dest / "gnupg"
+    with open(dest / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = debs.build_all(dest / "debs")
+        unknown = sorted({deb.repo for deb in built} - set(REPOS))
+        if unknown:
+            raise MirrorError(f"stand-in packages for unknown repositories: {', '.join(unknown)}")
+        fingerprint = ensure_key(home)
+        try:
+            key_path = _publish_key(root, home, fingerprint)
+            for name, rel in REPOS.items():
+                repo_dir = root / rel
+                wanted = [deb for deb in built if deb.repo == name]
+                _sync_debs(repo_dir, wanted)
+                digest = hashlib.sha256(f"{INDEX_FORMAT} {fingerprint} {RELEASE_FIELDS.get(name)}".encode())
+                for deb in sorted(wanted, key=lambda d: d.path.name):
+                    digest.update(f"{deb.path.name} {_file_hash(deb.path)}\n".encode())
+                marker = dest / f".index-{name}.sha256"
+                signed = all((repo_dir / f).exists() for f in ("Packages", "Release", "InRelease", "Release.gpg"))
+                if signed and marker.exists() and marker.read_text().strip() == digest.hexdigest():
+                    continue
+                _index(name, repo_dir, home, fingerprint)
+                marker.write_text(digest.hexdigest() + "\n")
+        finally:
+            _stop_agent(home)
+    return MirrorInfo(root=root, key_path=key_path, fingerprint=fingerprint, repos=dict(REPOS))
