@@ -16,7 +16,7 @@ import simtree
 from gpu_provision.mig.install import applier_files
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = REPO / "gpu_provision" / "rig" / "sim" / "gpusim.py"
+SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
 STANDINS = Path(__file__).resolve().parent / "standins"
 H200_FIXTURES = REPO / "tests" / "fixtures" / "h200"
 MODULE_LINE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (gpu-sim)\n"
