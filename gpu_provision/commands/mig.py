@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import subprocess
 import sys
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.mig import install as agent_mig
-from gpu_provision.mig.plan import desired_placements, layout_drift, mig_actions
+from gpu_provision.mig.plan import desired_layouts, layout_drift, mig_actions
 from gpu_provision.node.mig import layout
-from gpu_provision.node.mig.layout import MODE_HOLDERS
+from gpu_provision.node.mig.holders import running_holders
+from gpu_provision.node.mig.model import GpuLayout, fmt_placements
 from gpu_provision.node.probe import mig as mig_probe
 from gpu_provision.spec import catalog, load_cluster
 
@@ -34,13 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=mig_assert)
 
 
-def local_active_units() -> set[str]:
-    """GPU-holding services active on this machine (none where systemd cannot be asked)."""
-    if not shutil.which("systemctl"):
-        return set()
-    units = sorted(MODE_HOLDERS)
-    proc = subprocess.run(["systemctl", "is-active", *units], capture_output=True, text=True, check=False)
-    return {u for u, s in zip(units, proc.stdout.split()) if s == "active"}
+def expected_text(want: GpuLayout) -> str:
+    """How ``mig-assert`` writes a GPU's expected layout (``none`` for MIG on without instances)."""
+    return fmt_placements(want.placements) if want.enabled else "MIG disabled"
 
 
 def mig_assert(args: argparse.Namespace) -> int:
@@ -56,24 +51,23 @@ def mig_assert(args: argparse.Namespace) -> int:
     snapshot = mig_probe.collect({"vgpu": False})
     if snapshot.get("smi_rc") != 0:
         raise GpuProvisionError(f"nvidia-smi failed: {snapshot.get('error')}")
-    units = local_active_units()
+    units = running_holders()
     actions = mig_actions(node.mig.layouts, snapshot, model, active_units=units, allow_drain=node.mig.allow_drain)
-    desired = desired_placements(node.mig.layouts, model)
+    desired = desired_layouts(node.mig.layouts, model)
     gpus = {g["index"]: g for g in snapshot["gpus"]}
     if args.json:
         print(json.dumps({
             "node": node.name,
-            "gpus": {str(i): {"expected": layout.fmt_placements(d["placements"]) if d["enabled"] else "MIG disabled",
-                              "found": layout.describe_gpu(gpus.get(i))} for i, d in sorted(desired.items())},
-            "drift": layout_drift(node.mig.layouts, snapshot, model),
+            "gpus": {str(i): {"expected": expected_text(want), "found": layout.describe_gpu(gpus.get(i))}
+                     for i, want in sorted(desired.items())},
+            "drift": [str(d) for d in layout_drift(node.mig.layouts, snapshot, model)],
             "plan": [{"step": str(a), "commands": layout.commands(a)} for a in actions],
             "applier": agent_mig.apply_command(node, "apply"),
         }, indent=2))
         return 1 if actions else 0
     print(f"{node.name}: {len(snapshot['gpus'])} GPU(s) here, {len(desired)} with a layout in {args.node_file}")
     for index, want in sorted(desired.items()):
-        expected = layout.fmt_placements(want["placements"]) if want["enabled"] else "MIG disabled"
-        print(f"  GPU {index}: expected {expected}")
+        print(f"  GPU {index}: expected {expected_text(want)}")
         print(f"  GPU {index}: found    {layout.describe_gpu(gpus.get(index))}")
     if not actions:
         print("every GPU has its layout: nothing to do")

@@ -16,7 +16,8 @@ from pyinfra.api import operation
 
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import mig_actions
-from gpu_provision.node.mig.layout import MODE_HOLDERS, Action
+from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
+from gpu_provision.node.mig.layout import Action
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed
 from gpu_provision.spec import catalog
 from gpu_provision.spec.model import Node
@@ -27,12 +28,8 @@ REQUEST = Request(sections={"system", "mig"}, units=set(MODE_HOLDERS))
 
 def active_units(state: NodeStateData) -> set[str]:
     """The GPU-holding services that run on the node now."""
-    out = set()
-    for name in MODE_HOLDERS:
-        unit = state.unit(name)
-        if unit is not None and unit.loaded and unit.active in ("active", "activating", "reloading"):
-            out.add(name)
-    return out
+    units = {name: state.unit(name) for name in MODE_HOLDERS}
+    return holding({name: unit.active for name, unit in units.items() if unit is not None and unit.loaded})
 
 
 def node_actions(node: Node, state: NodeStateData) -> list[Action]:

@@ -11,42 +11,7 @@ from functools import cache
 from typing import Any
 
 from gpu_provision.node import catalog as files
-
-
-@dataclass(frozen=True)
-class MigProfile:
-    """One GPU-instance profile of a model (a row of ``nvidia-smi mig -lgip`` / ``-lgipp``)."""
-
-    name: str
-    id: int
-    memory_slices: int
-    compute_slices: int
-    max_instances: int
-    starts: tuple[int, ...]
-
-    @property
-    def media_extensions(self) -> bool:
-        """Whether this is a ``+me`` profile (at most one per GPU)."""
-        return self.name.endswith("+me")
-
-
-@dataclass(frozen=True)
-class MigTable:
-    """A model's MIG geometry and profiles."""
-
-    memory_slices: int
-    compute_slices: int
-    min_driver: str
-    profiles: tuple[MigProfile, ...]
-    placements_source: str
-
-    def profile(self, name: str) -> MigProfile | None:
-        """The profile called ``name`` (``"3g.71gb"``, ``"MIG 3g.71gb"`` or its numeric id), or None."""
-        name = name.removeprefix("MIG ").strip()
-        for p in self.profiles:
-            if p.name == name or str(p.id) == name:
-                return p
-        return None
+from gpu_provision.node.mig.model import ProfileTable
 
 
 @dataclass(frozen=True)
@@ -61,7 +26,8 @@ class GpuModel:
     memory_bandwidth_gbs: int
     min_driver: str
     open_modules_required: bool
-    mig: MigTable | None
+    #: The model's MIG table (the node-side MIG model's type, shared with the node applier), None without MIG.
+    mig: ProfileTable | None
     vgpu_types: tuple[str, ...]
 
     @property
@@ -71,20 +37,7 @@ class GpuModel:
 
 
 def _typed(doc: dict[str, Any]) -> GpuModel:
-    mig = None
-    if "mig" in doc:
-        m = doc["mig"]
-        mig = MigTable(
-            memory_slices=m["memory_slices"],
-            compute_slices=m["compute_slices"],
-            min_driver=m["min_driver"],
-            placements_source=m["placements_source"],
-            profiles=tuple(
-                MigProfile(p["name"], p["id"], p["memory_slices"], p["compute_slices"], p["max_instances"],
-                           tuple(p["starts"]))
-                for p in m["profiles"]
-            ),
-        )
+    mig = ProfileTable.from_dict(doc["mig"]) if "mig" in doc else None
     return GpuModel(
         key=doc["model"],
         product_names=tuple(doc["product_names"]),

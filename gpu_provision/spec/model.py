@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpu_provision.node.mig.model import Placement
+
 from gpu_provision.spec.defaults import FLAT_SUITE
 from gpu_provision.spec.settings import default
 
@@ -171,15 +173,6 @@ class GpuExpectation:
 
 
 @dataclass(frozen=True)
-class MigPlacement:
-    """One GPU instance at a concrete placement (memory slices ``start .. start+size-1``)."""
-
-    profile: str
-    start: int
-    size: int
-
-
-@dataclass(frozen=True)
 class MigLayout:
     """The MIG layout of one GPU: ``None`` profiles means MIG disabled."""
 
@@ -187,7 +180,7 @@ class MigLayout:
     profiles: dict[str, int]
     enabled: bool = True
     #: Concrete placements planned from the model's placement table (filled by the loader).
-    placements: tuple[MigPlacement, ...] = ()
+    placements: tuple[Placement, ...] = ()
     #: Name of the mig-parted config this layout came from, if any.
     config_name: str | None = None
 

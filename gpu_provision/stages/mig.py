@@ -18,7 +18,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import layout_drift
 from gpu_provision.node.mig import vgpu as vgpu_plan
-from gpu_provision.node.mig.layout import MODE_HOLDERS
+from gpu_provision.node.mig.holders import MODE_HOLDERS
 from gpu_provision.operations import commands, files
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
@@ -74,10 +74,8 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     out: list[Difference] = []
     if node.mig.layouts:
         model = catalog.model(node.gpus.model) if node.gpus.model else None
-        for line in layout_drift(node.mig.layouts, section, model):
-            gpu, _, rest = line.partition(": ")
-            expected, _, found = rest.removeprefix("expected ").partition("; found ")
-            out.append(Difference("mig-layout", gpu, expected, found, NAME))
+        for drift in layout_drift(node.mig.layouts, section, model):
+            out.append(Difference("mig-layout", f"GPU {drift.gpu}", str(drift.expected), drift.found_text, NAME))
     if node.vgpu:
         for step in vgpu_plan.plan_vgpu(dict(node.vgpu), section):
             out.append(Difference("vgpu", f"GPU {step.gpu}", node.vgpu.get(step.gpu, ""), _vgpu_found(step, section),

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from migsim import MigNode
 
-from gpu_provision.mig.plan import mig_actions, table_dict
+from gpu_provision.mig.plan import mig_actions
 from gpu_provision.node.mig import layout
+from gpu_provision.node.mig.model import ProfileTable
 from gpu_provision.spec import catalog, load_cluster
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +36,8 @@ nodes:
 def test_real_probe_answer_gives_the_captured_plan(tmp_path: Path) -> None:
     """The probe answer from the real host, through the controller's planner, prints what mig-assert printed there."""
     probe = json.loads((HERE / "fixtures" / "probe-h200x2-device.json").read_text())
-    assert probe["tables"]["0"] == probe["tables"]["1"] == table_dict(catalog.model("H200").mig)
+    assert probe["tables"]["0"] == probe["tables"]["1"]
+    assert ProfileTable.from_dict(probe["tables"]["0"]) == catalog.model("H200").mig
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     node = load_cluster(tmp_path / "cluster.yaml").node("h200-dev")
     actions = mig_actions(node.mig.layouts, probe, catalog.model("H200"))

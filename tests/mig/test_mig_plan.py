@@ -8,19 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision.mig.plan import layout_drift, mig_actions, table_dict
-from gpu_provision.node.mig import layout
+from gpu_provision.mig.plan import layout_drift, mig_actions
+from gpu_provision.node.mig import layout, migparted, placement
 from gpu_provision.node.mig.layout import Action
+from gpu_provision.node.mig.migparted import Requested
+from gpu_provision.node.mig.model import GpuLayout, Placement, ProfileTable, fmt_placements
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec import mig as spec_mig
-from gpu_provision.spec.model import MigLayout, MigPlacement
+from gpu_provision.spec.model import MigLayout
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 UUID = "GPU-7a01bbbc-8780-9e2b-9ffe-56c5caa0e387"
-BALANCED = [("2g.35gb", 0, 2), ("1g.18gb", 2, 1), ("1g.18gb", 3, 1), ("3g.71gb", 4, 4)]
-TWO_3G = [("3g.71gb", 0, 4), ("3g.71gb", 4, 4)]
+BALANCED = (Placement("2g.35gb", 0, 2), Placement("1g.18gb", 2, 1), Placement("1g.18gb", 3, 1),
+            Placement("3g.71gb", 4, 4))
+TWO_3G = (Placement("3g.71gb", 0, 4), Placement("3g.71gb", 4, 4))
 
 
 def snapshot(current: bool = True, pending: bool | None = None, instances: bool = True, processes=(),
@@ -38,8 +41,8 @@ def snapshot(current: bool = True, pending: bool | None = None, instances: bool 
     return {"smi_rc": 0, "error": None, "gpus": gpus, "processes": list(processes)}
 
 
-def want(placements, enabled: bool = True) -> dict:
-    return {0: {"enabled": enabled, "placements": list(placements)}}
+def want(placements, enabled: bool = True) -> dict[int, GpuLayout]:
+    return {0: GpuLayout(enabled, tuple(placements))}
 
 
 def argv(actions: list[Action]) -> list[str]:
@@ -51,7 +54,7 @@ def argv(actions: list[Action]) -> list[str]:
 
 def test_driver_tables_equal_the_catalog(h200_table: dict) -> None:
     """The real H200's -lgip/-lgipp, parsed, give exactly the catalog's table (so node and controller plan alike)."""
-    assert h200_table == table_dict(catalog.model("H200").mig)
+    assert ProfileTable.from_dict(h200_table) == catalog.model("H200").mig
 
 
 def test_lgi_with_mig_disabled_is_empty() -> None:
@@ -73,18 +76,30 @@ def test_compute_apps_mapped_to_gpu_index() -> None:
     assert apps == [{"pid": 4242, "name": "python3", "gpu_uuid": UUID, "gpu": 0, "used_memory_mib": "1024"}]
 
 
-def test_node_planner_equals_controller_planner(h200_table: dict) -> None:
-    """Every H200 layout up to each profile's limit: same placements, or both refuse."""
-    profiles = catalog.model("H200").mig.profiles
-    for combo in itertools.product(*(range(min(p.max_instances, 4) + 1) for p in profiles)):
-        counts = {p.name: c for p, c in zip(profiles, combo) if c}
-        node = layout.plan_placements(h200_table, counts)
-        fits = spec_mig.fits(catalog.model("H200").mig, counts)
-        if not fits:
+def test_the_planner_gives_the_known_placements(h200_table: dict) -> None:
+    """Every H200 layout up to min(limit, 4) of each profile, planned on the driver's table (as the node plans) and
+    through the cluster file's checks (as the controller plans): the placements both planners agreed on before they
+    became one (fixtures/h200-placements.txt), and a refusal for every layout not listed there."""
+    known = {}
+    for line in (HERE / "fixtures" / "h200-placements.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            counts_text, placements_text = line.split(" -> ")
+            known[counts_text] = placements_text
+    driver = ProfileTable.from_dict(h200_table)
+    catalog_table = catalog.model("H200").mig
+    seen = 0
+    for combo in itertools.product(*(range(min(p.max_instances, 4) + 1) for p in catalog_table.profiles)):
+        counts = {p.name: c for p, c in zip(catalog_table.profiles, combo) if c}
+        key = spec_mig.format_layout(counts) or "-"
+        node = placement.plan(driver, counts)
+        if key not in known:
             assert node is None, counts
+            assert not spec_mig.fits(catalog_table, counts), counts
             continue
-        planned = spec_mig.plan(catalog.model("H200").mig, counts)
-        assert node == [(p.profile, p.start, p.size) for p in planned], counts
+        seen += 1
+        assert node is not None and fmt_placements(node) == known[key], counts
+        assert spec_mig.plan(catalog_table, counts) == node, counts
+    assert seen == len(known) == 119
 
 
 # --- command sequences ----------------------------------------------------------------------------------------
@@ -169,7 +184,7 @@ def test_disable_tears_down_first() -> None:
 
 
 def test_missing_gpu_and_failed_nvidia_smi_are_refused() -> None:
-    missing = layout.plan_node({3: {"enabled": True, "placements": BALANCED}}, snapshot())
+    missing = layout.plan_node({3: GpuLayout(True, BALANCED)}, snapshot())
     assert [str(a) for a in missing] == ["GPU 3: refused: GPU 3 is not on this node"]
     broken = layout.plan_node(want(BALANCED), {"smi_rc": 9, "error": "NVIDIA-SMI has failed", "gpus": []})
     assert [a.kind for a in broken] == ["refuse"] and "NVIDIA-SMI has failed" in str(broken[0])
@@ -182,10 +197,11 @@ def test_migparted_entries_select_gpus_by_device_id_and_index() -> None:
         {"device-filter": "0x233510de", "devices": [1], "mig-enabled": True, "mig-devices": {"3g.71gb": 2}},
         {"devices": [0], "mig-enabled": False},
     ]}}
-    assert layout.layouts_from_migparted(doc, None, gpus) == {
-        0: {"enabled": False, "profiles": {}}, 1: {"enabled": True, "profiles": {"3g.71gb": 2}}}
+    selected = [(g["index"], [g["pci_device_id"]]) for g in gpus]
+    assert migparted.requested(doc, None, selected) == {
+        0: Requested(enabled=False, profiles={}), 1: Requested(enabled=True, profiles={"3g.71gb": 2})}
     with pytest.raises(ValueError, match="no config named 'x'"):
-        layout.layouts_from_migparted(doc, "x", gpus)
+        migparted.requested(doc, "x", selected)
 
 
 # --- the controller's typed entry points -----------------------------------------------------------------------
@@ -204,14 +220,28 @@ def test_example_cluster_node_plan() -> None:
 
 
 def test_drift_lines() -> None:
-    layouts = {0: MigLayout({"3g.71gb": 2}, placements=tuple(MigPlacement(*p) for p in TWO_3G))}
-    assert layout_drift(layouts, snapshot()) == [
+    layouts = {0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}
+    assert [str(d) for d in layout_drift(layouts, snapshot())] == [
         "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found 2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, 3g.71gb@4:4"]
-    assert layout_drift(layouts, snapshot(current=False, pending=True)) == [
+    assert [str(d) for d in layout_drift(layouts, snapshot(current=False, pending=True))] == [
         "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found MIG enable pending"]
-    balanced = {0: MigLayout({"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}, placements=tuple(
-        MigPlacement(*p) for p in BALANCED))}
+    balanced = {0: MigLayout({"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}, placements=BALANCED)}
     assert layout_drift(balanced, snapshot()) == []
+
+
+def test_drift_is_structured() -> None:
+    """Drift names the GPU and carries both layouts; nothing needs to read the text back."""
+    [drift] = layout_drift({0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot())
+    assert (drift.gpu, drift.expected, drift.found) == (0, GpuLayout(True, TWO_3G), GpuLayout(True, BALANCED))
+    [pending] = layout_drift({0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot(current=False, pending=True))
+    assert pending.found == GpuLayout(False) and pending.found_text == "MIG enable pending"
+    [off] = layout_drift({0: MigLayout({}, enabled=False)}, snapshot())
+    assert str(off.expected) == "MIG disabled" and off.found == GpuLayout(True, BALANCED)
+    [empty] = layout_drift({0: MigLayout({})}, snapshot())
+    assert str(empty) == ("GPU 0: expected MIG enabled, no instances; found 2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, "
+                          "3g.71gb@4:4")
+    [absent] = layout_drift({5: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot())
+    assert absent.found is None and absent.found_text == "no such GPU"
 
 
 def test_placements_planned_when_the_layout_has_none() -> None:

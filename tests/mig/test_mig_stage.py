@@ -10,7 +10,8 @@ import yaml
 
 from gpu_provision.desired import FileWant, UnitWant
 from gpu_provision.mig import install as agent_mig
-from gpu_provision.node.mig import layout
+from gpu_provision.node.mig import migparted
+from gpu_provision.node.mig.migparted import Requested
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
@@ -63,9 +64,9 @@ def test_layout_file_is_migparted_v1_in_json() -> None:
     assert check_document(doc) == []
     assert doc["mig-configs"]["h200-01"] == node_config(H200, catalog.model("H200"))
     # What the node-side applier reads back from it, for the node's eight GPUs.
-    layouts = layout.layouts_from_migparted(doc, None, snapshot(False)["gpus"])
-    assert layouts[7] == {"enabled": False, "profiles": {}}
-    assert all(layouts[i] == {"enabled": True, "profiles": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}}
+    layouts = migparted.requested(doc, None, [(g["index"], [g["pci_device_id"]]) for g in snapshot(False)["gpus"]])
+    assert layouts[7] == Requested(enabled=False, profiles={})
+    assert all(layouts[i] == Requested(enabled=True, profiles={"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1})
                for i in range(7))
 
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 import pytest
 
 from gpu_provision.errors import MigLayoutError
+from gpu_provision.node.mig.model import ProfileTable
 from gpu_provision.spec import catalog, mig
 
 MIG_MODELS = [k for k, m in catalog.models().items() if m.mig]
 
 
-def _table(key: str) -> catalog.MigTable:
+def _table(key: str) -> ProfileTable:
     table = catalog.model(key).mig
     assert table is not None
     return table
 
 
-def _check_placements(table: catalog.MigTable, placements: tuple) -> None:
+def _check_placements(table: ProfileTable, placements: tuple) -> None:
     used: set[int] = set()
     for p in placements:
         profile = table.profile(p.profile)

@@ -1,13 +1,13 @@
-"""The MIG layout decision, as pure functions on plain data: desired placements vs. a node's probed state.
+"""The MIG layout decision, as pure functions: desired :class:`GpuLayout` per GPU vs. a node's probed state.
 
 This module is the single source of what must happen to a node's GPUs. The controller calls it (through
-:mod:`gpu_provision.mig.plan`) for ``--dry`` runs, drift and ``mig-assert``; the node-side applier
-(:mod:`gpu_provision.node.mig.apply`, shipped as ``mig_layout.py``) calls it to act. So it stays
-self-contained: Python 3.9+, standard library only, no imports from this project.
+:mod:`gpu_provision.mig.plan`) for the deploy's plan, drift and ``mig-assert``; the node-side applier
+(:mod:`gpu_provision.node.mig.apply`) calls it to act, and again afterwards to read the result back.
 
 Inputs:
 
-* desired, per GPU index: ``{"enabled": bool, "placements": [(profile, start, size), ...]}``;
+* desired, per GPU index: a :class:`GpuLayout` (MIG mode and placements, planned by
+  :mod:`gpu_provision.node.mig.placement`);
 * the ``mig`` probe section (:mod:`gpu_provision.node.probe.mig`): GPUs with ``mig_current``/``mig_pending``,
   their GPU instances (``gis``, each with ``cis``), and GPU processes.
 
@@ -16,18 +16,16 @@ show that syntax; third-party copies of ``nvidia-smi mig --help`` describe a "pr
 and an optional placement specifier, "a colon and a placement start index", and it is what NVML's
 ``nvmlDeviceCreateGpuInstanceWithPlacement`` offers. Instances are also created largest first, in the planned order,
 and the applier reads ``-lgi`` back afterwards: a driver that placed an instance elsewhere is reported, not hidden.
+Node-side code: Python 3.9+, standard library only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: Services that hold GPU handles, stopped before a change and started again after it, in stopping order.
-#: Instance changes need the Kubernetes side and DCGM gone (as NVIDIA mig-parted's hooks do); a MIG mode change
-#: or GPU reset also needs the persistence daemon and the fabric manager off the device.
-INSTANCE_HOLDERS = ("kubelet.service", "dcgm-exporter.service", "nvidia-dcgm.service", "nvsm.service",
-                    "nvidia-persistenced.service")
-MODE_HOLDERS = INSTANCE_HOLDERS + ("nvidia-fabricmanager.service",)
+from .holders import INSTANCE_HOLDERS, MODE_HOLDERS
+from .model import GpuLayout, Placement, fmt_placements
+
 CDI_OUTPUT = "/etc/cdi/nvidia.yaml"
 
 #: Action kinds in the order they run on a node.
@@ -88,107 +86,6 @@ class GpuPlan:
     mode_change: bool = False
 
 
-def fmt_placements(placements) -> str:
-    """``[("2g.35gb", 0, 2), ...]`` -> ``2g.35gb@0:2, ...`` (``none`` when empty), ordered by start."""
-    items = sorted(placements, key=lambda p: (p[1], p[0]))
-    return ", ".join(f"{p}@{s}:{z}" for p, s, z in items) or "none"
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Placement planning (the same search as gpu_provision.spec.mig.plan, on a plain profile table)
-
-
-def _profile(table: dict, name: str) -> dict | None:
-    name = name[4:].strip() if name.startswith("MIG ") else name.strip()
-    for p in table["profiles"]:
-        if p["name"] == name or str(p["id"]) == name:
-            return p
-    return None
-
-
-def plan_placements(table: dict, counts: dict) -> list | None:
-    """Placements ``[(profile, start, size)]`` (ordered by start) for ``counts`` on a GPU with ``table``, or None.
-
-    ``table`` is ``{"memory_slices", "compute_slices", "profiles": [{name, id, memory_slices, compute_slices,
-    max_instances, starts}]}``, as :func:`mig_probe.profile_table` builds it from the driver's ``-lgip``/``-lgipp``.
-    Instances are placed most constrained first (largest, then fewest starts) by a depth-first search, so the
-    result equals the controller's planner for the same table.
-    """
-    instances = []
-    for name, count in counts.items():
-        if not count:
-            continue
-        profile = _profile(table, name)
-        if profile is None or count > profile["max_instances"]:
-            return None
-        instances.extend([profile] * count)
-    if sum(1 for p in instances if p["name"].endswith("+me")) > 1:
-        return None
-    instances.sort(key=lambda p: (-p["memory_slices"], len(p["starts"]), p["name"]))
-    used = [False] * table["memory_slices"]
-    chosen: list = []
-
-    def place(i: int, compute_left: int) -> bool:
-        if i == len(instances):
-            return True
-        profile = instances[i]
-        if profile["compute_slices"] > compute_left:
-            return False
-        for start in profile["starts"]:
-            span = range(start, start + profile["memory_slices"])
-            if span.stop > len(used) or any(used[s] for s in span):
-                continue
-            for s in span:
-                used[s] = True
-            chosen.append((profile["name"], start, profile["memory_slices"]))
-            if place(i + 1, compute_left - profile["compute_slices"]):
-                return True
-            chosen.pop()
-            for s in span:
-                used[s] = False
-        return False
-
-    if not place(0, table["compute_slices"]):
-        return None
-    return sorted(chosen, key=lambda p: p[1])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# mig-parted "version: v1" documents
-
-
-def layouts_from_migparted(doc: dict, config: str | None, gpus: list) -> dict:
-    """Per-GPU ``{"enabled", "profiles"}`` that mig-parted config ``config`` gives the probed ``gpus``.
-
-    An entry applies to GPUs whose PCI device id is in its ``device-filter`` (all when absent) and whose index is in
-    ``devices`` (``all`` or a list); later entries win, as in mig-parted. ``config`` may be None when the document
-    has exactly one config.
-    """
-    configs = doc.get("mig-configs") or {}
-    if config is None:
-        if len(configs) != 1:
-            raise ValueError(f"the layout file has {len(configs)} configs ({', '.join(configs)}); name one")
-        config = next(iter(configs))
-    if config not in configs:
-        raise ValueError(f"no config named {config!r} in the layout file (configs: {', '.join(configs)})")
-    out = {}
-    for entry in configs[config]:
-        filt = entry.get("device-filter")
-        wanted = None if filt is None else {f.lower() for f in ([filt] if isinstance(filt, str) else filt)}
-        for gpu in gpus:
-            if wanted is not None and gpu.get("pci_device_id", "").lower() not in wanted:
-                continue
-            if entry["devices"] != "all" and gpu["index"] not in entry["devices"]:
-                continue
-            out[gpu["index"]] = {"enabled": bool(entry["mig-enabled"]),
-                                 "profiles": dict(entry.get("mig-devices") or {})}
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The decision
-
-
 def _full_ci(gi: dict) -> dict | None:
     """The compute instance spanning the whole GPU instance (same profile name), if it exists."""
     for ci in gi.get("cis", []):
@@ -205,7 +102,7 @@ def _teardown(gi: dict, index: int) -> list:
     return steps
 
 
-def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
+def gpu_steps(index: int, want: GpuLayout, gpu: dict | None) -> GpuPlan:
     """What GPU ``index`` needs to get from its probed state ``gpu`` to ``want``."""
     plan = GpuPlan(index)
     if gpu is None:
@@ -215,7 +112,7 @@ def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
     if current is None:
         plan.steps.append(Action("refuse", gpu=index, reason=f"{gpu.get('name', 'this GPU')} does not support MIG"))
         return plan
-    enabled = bool(want["enabled"])
+    enabled = want.enabled
     gis = sorted(gpu.get("gis", []) if current else [], key=lambda g: (g["start"], g["id"]))
     if not enabled:
         for gi in gis:
@@ -228,10 +125,10 @@ def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
             plan.mode_change = True
             plan.steps.append(Action("mig-mode", gpu=index, enable=False, reason="cancels a pending enable"))
         return plan
-    remaining = [tuple(p) for p in want["placements"]]
+    remaining = list(want.placements)
     keep = []
     for gi in gis:
-        key = (gi["profile"], gi["start"], gi["size"])
+        key = _placement(gi)
         if key in remaining:
             remaining.remove(key)
             keep.append(gi)
@@ -254,8 +151,8 @@ def gpu_steps(index: int, want: dict, gpu: dict | None) -> GpuPlan:
                 plan.steps.append(Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"]))
         if full is None:
             plan.steps.append(Action("create-ci", gpu=index, gi=gi["id"], profile=gi["profile"]))
-    for profile, start, size in sorted(remaining, key=lambda p: (-p[2], p[1])):
-        plan.steps.append(Action("create-gi", gpu=index, profile=profile, start=start, size=size))
+    for p in sorted(remaining, key=lambda p: (-p.size, p.start)):
+        plan.steps.append(Action("create-gi", gpu=index, profile=p.profile, start=p.start, size=p.size))
     return plan
 
 
@@ -266,13 +163,13 @@ def _order(steps: list) -> list:
     return sorted(steps, key=lambda a: (rank[a.kind], -1 if a.gpu is None else a.gpu))
 
 
-def plan_node(desired: dict, snapshot: dict, active_units=(), allow_drain: bool = False,
+def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), allow_drain: bool = False,
               device_plugin: bool = True) -> list:
     """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
 
     GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
     name), unless ``allow_drain``: then a ``drain`` action stops them first. Holder services among ``active_units``
-    are stopped before the first change and started after the last; the CDI spec is regenerated and the device
+    (:func:`gpu_provision.node.mig.holders.holding`) are stopped before the first change and started after the last; the CDI spec is regenerated and the device
     plugin restarted after any change.
     """
     gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
@@ -337,11 +234,18 @@ def commands(action: Action) -> list:
     return []
 
 
-def actual_placements(gpu: dict) -> list:
-    """``[(profile, start, size)]`` of a probed GPU's instances (empty with MIG off)."""
-    if not gpu.get("mig_current"):
-        return []
-    return [(gi["profile"], gi["start"], gi["size"]) for gi in gpu.get("gis", [])]
+def _placement(gi: dict) -> Placement:
+    return Placement(gi["profile"], gi["start"], gi["size"])
+
+
+def found_layout(gpu: dict | None) -> GpuLayout | None:
+    """The layout a probed GPU has now (None when it is absent or does not support MIG)."""
+    if gpu is None or gpu.get("mig_current") is None:
+        return None
+    if not gpu["mig_current"]:
+        return GpuLayout(False)
+    return GpuLayout(True, tuple(sorted((_placement(gi) for gi in gpu.get("gis", [])),
+                                        key=lambda p: (p.start, p.profile))))
 
 
 def describe_gpu(gpu: dict | None) -> str:
@@ -353,10 +257,38 @@ def describe_gpu(gpu: dict | None) -> str:
         return "MIG not supported"
     if not current:
         return "MIG enable pending" if pending else "MIG disabled"
-    text = fmt_placements(actual_placements(gpu))
+    text = fmt_placements(_placement(gi) for gi in gpu.get("gis", []))
     missing_ci = [gi for gi in gpu.get("gis", []) if _full_ci(gi) is None]
     if missing_ci:
         text += " (no compute instance on " + ", ".join(f"GPU instance {gi['id']}" for gi in missing_ci) + ")"
     if pending is False:
         text += " (MIG disable pending)"
     return text
+
+
+@dataclass(frozen=True)
+class Drift:
+    """A GPU whose MIG state differs from its layout: what was expected, what was found.
+
+    ``found`` is the layout the GPU has (None when it is absent or lacks MIG); ``found_text`` says it the way users
+    read it, with what a layout cannot hold (a pending mode change, an instance without its compute instance).
+    """
+
+    gpu: int
+    expected: GpuLayout
+    found: GpuLayout | None
+    found_text: str
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu}: expected {self.expected}; found {self.found_text}"
+
+
+def drift(desired: dict[int, GpuLayout], snapshot: dict) -> list[Drift]:
+    """The GPUs of ``desired`` whose probed state in ``snapshot`` (the ``mig`` section) needs a change, by index."""
+    gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
+    out = []
+    for index, want in sorted(desired.items()):
+        gpu = gpus.get(index)
+        if gpu_steps(index, want, gpu).steps:
+            out.append(Drift(index, want, found_layout(gpu), describe_gpu(gpu)))
+    return out

@@ -147,10 +147,12 @@ def parse_lgipp(text):
 
 
 def profile_table(lgip_rows, placements):
-    """One GPU's profile table from its ``-lgip`` rows and ``-lgipp`` placements.
+    """One GPU's profile table from its ``-lgip`` rows and ``-lgipp`` placements, in the probe's JSON answer.
 
     ``{"memory_slices", "compute_slices", "profiles": [{name, id, memory_slices, compute_slices, max_instances,
-    starts}]}``; compute slices come from the profile name (``3g.71gb`` = 3 of the GPU's compute slices).
+    starts}]}``: the keys of a GPU model file's ``mig`` object, so
+    :meth:`gpu_provision.node.mig.model.ProfileTable.from_dict` reads both alike. Compute slices come from the
+    profile name (``3g.71gb`` = 3 of the GPU's compute slices).
     """
     profiles = []
     for row in lgip_rows:

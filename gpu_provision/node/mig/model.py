@@ -1,0 +1,104 @@
+"""The MIG model: a GPU's layout with its placements, and the profile table it is planned on.
+
+These are the only types for a MIG layout in gpu-provision. The cluster file's checks (:mod:`gpu_provision.spec`)
+plan placements on the catalog's :class:`ProfileTable`; the plan, drift, ``mig-assert`` and the verification
+expectations read :class:`GpuLayout` values; the node applier plans the same layouts on the table the
+driver prints and compares them with the instances it finds. Node-side code: Python 3.9+, standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One GPU instance at a concrete placement: memory slices ``start .. start+size-1``."""
+
+    profile: str
+    start: int
+    size: int
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start}:{self.size}"
+
+    @property
+    def slices(self) -> range:
+        """The memory slices the instance occupies."""
+        return range(self.start, self.start + self.size)
+
+
+def fmt_placements(placements: Iterable[Placement]) -> str:
+    """``2g.35gb@0:2, 1g.18gb@2:1, ...`` ordered by start (``none`` when empty): how every message writes them."""
+    return ", ".join(str(p) for p in sorted(placements, key=lambda p: (p.start, p.profile))) or "none"
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """The MIG layout one GPU should have (or has): MIG mode, and its GPU instances at their placements.
+
+    Each instance carries one compute instance spanning it (what the device plugin hands out), so a layout needs no
+    compute-instance list.
+    """
+
+    enabled: bool
+    placements: Tuple[Placement, ...] = ()
+
+    def __str__(self) -> str:
+        if not self.enabled:
+            return "MIG disabled"
+        return fmt_placements(self.placements) if self.placements else "MIG enabled, no instances"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One GPU-instance profile of a GPU (a row of ``nvidia-smi mig -lgip`` with its ``-lgipp`` placements)."""
+
+    name: str
+    id: int
+    memory_slices: int
+    compute_slices: int
+    max_instances: int
+    starts: Tuple[int, ...]
+
+    @property
+    def media_extensions(self) -> bool:
+        """Whether this is a ``+me`` profile (at most one per GPU)."""
+        return self.name.endswith("+me")
+
+
+@dataclass(frozen=True)
+class ProfileTable:
+    """A GPU's MIG geometry and profiles, as the catalog records it for a model or the driver prints it for a GPU.
+
+    The catalog's facts about the table (``min_driver``, ``placements_source``) do not take part in comparisons, so
+    a model's table equals the one the driver reports for a GPU of that model.
+    """
+
+    memory_slices: int
+    compute_slices: int
+    profiles: Tuple[Profile, ...]
+    min_driver: str = field(default="", compare=False)
+    placements_source: str = field(default="", compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileTable:
+        """A table from a GPU model file's ``mig`` object or the probe's ``tables`` entry (same keys)."""
+        return cls(
+            memory_slices=int(data["memory_slices"]),
+            compute_slices=int(data["compute_slices"]),
+            profiles=tuple(Profile(p["name"], int(p["id"]), int(p["memory_slices"]), int(p["compute_slices"]),
+                                   int(p["max_instances"]), tuple(int(s) for s in p["starts"]))
+                           for p in data["profiles"]),
+            min_driver=str(data.get("min_driver", "")),
+            placements_source=str(data.get("placements_source", "")),
+        )
+
+    def profile(self, name: str) -> Optional[Profile]:
+        """The profile called ``name`` (``"3g.71gb"``, ``"MIG 3g.71gb"`` or its numeric id), or None."""
+        name = name[4:].strip() if name.startswith("MIG ") else name.strip()
+        for p in self.profiles:
+            if p.name == name or str(p.id) == name:
+                return p
+        return None
