@@ -14,6 +14,7 @@ into ``/sys/devices`` the kernel makes, which is enough for a reader of ``/sys/b
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import platform
@@ -21,11 +22,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import gpu_provision
+from gpu_provision.node.catalog import load_models
 from gpu_provision_rig.config import RigNode
 from gpu_provision_rig.errors import RigError
 
-GPU_DATA_DIR = Path(gpu_provision.__file__).resolve().parent / "data" / "gpus"
 NODE_SIM_DIR = "etc/gpu-sim"
 NODE_PCI_DIR = "etc/gpu-sim/pci-devices"
 NVIDIA_VENDOR = "0x10de"
@@ -34,18 +34,21 @@ FIRST_GPU_SLOT = 6
 HOST_PCI_DEVICES = Path("/sys/bus/pci/devices")
 
 
+@functools.cache
+def _models() -> dict[str, dict[str, Any]]:
+    return load_models()
+
+
 def known_models() -> list[str]:
-    """GPU model keys with a data file under ``gpu_provision/data/gpus``."""
-    return sorted(p.stem for p in GPU_DATA_DIR.glob("*.json"))
+    """GPU model keys with a data file in the product's GPU catalog (``gpu_provision/data/gpus``)."""
+    return sorted(_models())
 
 
 def model_data(model: str) -> dict[str, Any]:
-    """The data file of ``model``; RigError naming the known models if there is none."""
-    path = GPU_DATA_DIR / f"{model}.json"
-    if not path.is_file():
+    """The catalog entry of ``model``, read through the product's one catalog reader; RigError if there is none."""
+    if model not in _models():
         raise RigError(f"unknown GPU model {model!r}; known: {', '.join(known_models())}")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
+    return _models()[model]
 
 
 def pci_ids(model: str) -> tuple[str, str]:

@@ -63,7 +63,7 @@ def test_relations_and_paths(built: list[debs.BuiltDeb]) -> None:
     driver = find(built, "nvidia-driver", "580.159.04-1")
     assert "nvidia-kernel-open-dkms (= 580.159.04-1) | nvidia-kernel-dkms (= 580.159.04-1)" in field(driver, "Depends")
     assert {"/usr/bin/nvidia-smi", "/usr/bin/nvidia-persistenced", "/lib/systemd/system/nvidia-persistenced.service",
-            "/usr/lib/gpu-sim/gpusim.py", "/usr/share/gpu-sim/gpus/H200.json"} <= contents(driver)
+            "/usr/lib/gpu-sim/gpusim.py", "/usr/lib/gpu-sim/catalog.py", "/usr/share/gpu-sim/gpus/H200.json"} <= contents(driver)
     open_km = find(built, "nvidia-kernel-open-dkms", "580.126.09-1")
     assert field(open_km, "Conflicts") == "nvidia-kernel-dkms"
     assert {"/usr/src/nvidia-580.126.09/gpu-sim-flavour", "/lib/systemd/system/nvidia-sim-load.service",

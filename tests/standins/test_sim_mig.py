@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from simnode import H200_HOST, H200X2_HOST, SIM, SimNode
 
+from gpu_provision.node import catalog
+
 A100_40 = [{"model": "A100-40GB", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000a1",
             "pci_bus_id": "00000000:07:00.0", "serial": "1562021001122"}]
 A100_80 = [{"model": "A100-80GB", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000a8",
@@ -272,6 +274,7 @@ def test_any_user_can_read_but_not_change(h200: SimNode) -> None:
     try:
         shutil.copytree(h200.root, shared / "node")
         shutil.copytree(SIM.parent, shared / "sim")
+        shutil.copy(catalog.__file__, shared / "sim" / "catalog.py")
         for path in [shared, *shared.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
         env = {k: v.replace(str(h200.root), str(shared / "node")) for k, v in h200.env.items()}

@@ -2,7 +2,8 @@
 """GPU simulator behind the test rig's stand-in ``nvidia-smi`` (stand-in, not NVIDIA software).
 
 Hardware comes from ``/etc/gpu-sim/gpus.json`` (one entry per simulated GPU), profile tables from the
-project's GPU model files copied to ``/usr/share/gpu-sim/gpus/``, and mutable state (MIG mode, GPU and
+project's GPU model files copied to ``/usr/share/gpu-sim/gpus/`` and read through the project's one catalog reader
+(``gpu_provision/node/catalog.py``, installed next to this file as ``catalog.py``), and mutable state (MIG mode, GPU and
 compute instances, registered GPU processes) from ``/var/lib/gpu-sim/state.json`` under a file lock.
 
 Output formats follow the real driver 580 ``nvidia-smi`` byte for byte where the project has captured
@@ -29,6 +30,11 @@ import sys
 import time
 import uuid as uuidlib
 from typing import Any, Iterator
+
+try:
+    from catalog import load_model
+except ImportError:  # run from a checkout, where the catalog reader is the product's own module
+    from gpu_provision.node.catalog import load_model
 
 # NVML / nvidia-smi return codes (nvidia-smi(1) "RETURN VALUE").
 RC_INVALID_ARG = 2
@@ -209,7 +215,7 @@ def load_gpus() -> list[Gpu]:
     gpus = []
     for entry in config.get("gpus", []):
         model_key = entry["model"]
-        model = load_json(os.path.join(models_dir, model_key + ".json"))
+        model = load_model(model_key, models_dir)
         gpus.append(Gpu(entry, model, hardware_all["models"].get(model_key, {})))
     gpus.sort(key=lambda g: g.index)
     return gpus
