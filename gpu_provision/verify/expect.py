@@ -1,26 +1,38 @@
 """What the verification agent expects on one node, written by the controller as JSON.
 
 The agent reads the JSON as plain dicts, so the GPU model's facts (product names, PCI ids, bandwidth, MIG memory
-slices) are copied in here from ``gpu_provision/data/gpus/<MODEL>.json`` and the node needs no data files.
+slices) are copied in here from the controller's catalog (:mod:`gpu_provision.spec.catalog`, which reads
+``gpu_provision/data/gpus/<MODEL>.json``) and the node needs no data files. The types here are expectations, named
+for that, and kept apart from the cluster file's model (:mod:`gpu_provision.spec.model`) they are built from.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from typing import Any
 
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.node.mig.model import Placement as MigInstance
+from gpu_provision.spec import catalog
+from gpu_provision.spec.settings import default
 
 EXPECT_SCHEMA = "verify-expect.v1"
-DEFAULT_BANDWIDTH_RATIO = 0.85
+#: The cluster file's verify.bandwidth_min_ratio when it leaves it out.
+DEFAULT_BANDWIDTH_RATIO: float = default("verify.bandwidth_min_ratio")
 
 
 @dataclass(frozen=True)
-class GpuModel:
-    """The model facts the agent compares readings against."""
+class MigInstance:
+    """One GPU instance of a MIG layout: profile name (``3g.71gb``), placement start and size in memory slices."""
+
+    profile: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ExpectedGpu:
+    """The GPUs the agent expects: how many, and the model facts it compares readings against."""
 
     model: str
     count: int
@@ -31,7 +43,7 @@ class GpuModel:
 
 
 @dataclass(frozen=True)
-class ContainerRuntime:
+class ExpectedRuntime:
     """How a GPU container is started on the node: ``kind`` docker|containerd|none, runtime name, CDI, image."""
 
     kind: str = "none"
@@ -41,7 +53,7 @@ class ContainerRuntime:
 
 
 @dataclass(frozen=True)
-class Kubernetes:
+class ExpectedKubernetes:
     """Kubernetes side of the node: its Node name, the allocatable GPU resources expected, the probe pod's image."""
 
     enabled: bool = False
@@ -57,7 +69,7 @@ class Expectations:
     """Everything the agent checks one node against; ``to_json()`` is the file shipped to the node."""
 
     node: str
-    gpu: GpuModel
+    gpu: ExpectedGpu
     driver_version: str | None = None
     cuda_min: str | None = None
     bandwidth_ratio: float = DEFAULT_BANDWIDTH_RATIO
@@ -65,8 +77,8 @@ class Expectations:
     ecc: bool = True
     mig: dict[int, list[MigInstance]] = field(default_factory=dict)
     device_permissions: dict[str, str] | None = None
-    container: ContainerRuntime = field(default_factory=ContainerRuntime)
-    kubernetes: Kubernetes = field(default_factory=Kubernetes)
+    container: ExpectedRuntime = field(default_factory=ExpectedRuntime)
+    kubernetes: ExpectedKubernetes = field(default_factory=ExpectedKubernetes)
     paths: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,19 +106,23 @@ class Expectations:
         return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
 
 
-def load_model(model: str) -> dict[str, Any]:
-    """Read ``gpu_provision/data/gpus/<model>.json``; raise GpuProvisionError for an unknown model."""
-    try:
-        text = resources.files("gpu_provision").joinpath("data").joinpath("gpus").joinpath(f"{model}.json").read_text()
-    except FileNotFoundError:
-        raise GpuProvisionError(f"unknown GPU model {model!r}: no gpu_provision/data/gpus/{model}.json") from None
-    data: dict[str, Any] = json.loads(text)
-    return data
+def _model(key: str) -> catalog.GpuModel:
+    known = catalog.models()
+    if key not in known:
+        raise GpuProvisionError(f"unknown GPU model {key!r} (known: {', '.join(known)})")
+    return known[key]
 
 
 def _instances(layout: Any) -> list[MigInstance]:
-    return [item if isinstance(item, MigInstance) else MigInstance(str(item["profile"]), int(item["start"]),
-                                                                   int(item["size"])) for item in layout]
+    result = []
+    for item in layout:
+        if isinstance(item, MigInstance):
+            result.append(item)
+        elif isinstance(item, dict):
+            result.append(MigInstance(str(item["profile"]), int(item["start"]), int(item["size"])))
+        else:
+            result.append(MigInstance(str(item.profile), int(item.start), int(item.size)))
+    return result
 
 
 def build_expectations(node: str, model: str, count: int, *, driver_version: str | None = None,
@@ -114,43 +130,42 @@ def build_expectations(node: str, model: str, count: int, *, driver_version: str
                        persistence: bool = True, ecc: bool = True,
                        mig: dict[int, Any] | None = None,
                        device_permissions: dict[str, str] | None = None,
-                       container: ContainerRuntime | dict[str, Any] | None = None,
-                       kubernetes: Kubernetes | dict[str, Any] | None = None,
+                       container: ExpectedRuntime | dict[str, Any] | None = None,
+                       kubernetes: ExpectedKubernetes | dict[str, Any] | None = None,
                        paths: dict[str, str] | None = None) -> Expectations:
-    """Build one node's expectations from plain values and the model's data file.
+    """Build one node's expectations from plain values and the model's facts in the catalog.
 
     + node: the node's name as reports and tables show it
-    + model: GPU model key (``H200``), the name of a file in ``gpu_provision/data/gpus/``
+    + model: GPU model key (``H200``), a model of :mod:`gpu_provision.spec.catalog`
     + count: GPUs the node must have
     + driver_version: pinned version (``580.159.04``) or branch (``580``); None skips the check
     + cuda_min: lowest CUDA version the driver must support (``12.4``)
     + mig: per GPU index, the layout as ``MigInstance``s or ``{profile, start, size}`` dicts (absent = MIG off)
     + device_permissions: ``{"group": "video", "mode": "0660"}`` for /dev/nvidia*; None skips the check
-    + container, kubernetes: ``ContainerRuntime`` / ``Kubernetes`` or dicts of their fields
+    + container, kubernetes: ``ExpectedRuntime`` / ``ExpectedKubernetes`` or dicts of their fields
     + paths: overrides for test rigs (``sysfs``, ``dev``, ``proc``, ``nvidia_smi``, ``libcuda``,
       ``driver_version_file`` for the rig's stand-in of /proc/driver/nvidia/version)
 
     Example: ``build_expectations("gpu-01", "H200", 8, driver_version="580", cuda_min="12.8")``.
     """
-    data = load_model(model)
+    facts = _model(model)
     if count < 0:
         raise GpuProvisionError(f"node {node}: GPU count {count} is negative")
-    gpu = GpuModel(model=data["model"], count=count, product_names=list(data.get("product_names", [])),
-                   pci_device_ids=list(data.get("pci_device_ids", [])),
-                   memory_bandwidth_gbs=data.get("memory_bandwidth_gbs"),
-                   mig_memory_slices=(data.get("mig") or {}).get("memory_slices"))
-    if mig and not data.get("mig"):
+    gpu = ExpectedGpu(model=facts.key, count=count, product_names=list(facts.product_names),
+                      pci_device_ids=list(facts.pci_device_ids), memory_bandwidth_gbs=facts.memory_bandwidth_gbs,
+                      mig_memory_slices=facts.mig.memory_slices if facts.mig else None)
+    if mig and not facts.mig:
         raise GpuProvisionError(f"node {node}: MIG layout given but {model} has no MIG support")
     if isinstance(container, dict):
-        container = ContainerRuntime(**container)
+        container = ExpectedRuntime(**container)
     if isinstance(kubernetes, dict):
-        kubernetes = Kubernetes(**kubernetes)
+        kubernetes = ExpectedKubernetes(**kubernetes)
     return Expectations(
         node=node, gpu=gpu, driver_version=driver_version, cuda_min=cuda_min, bandwidth_ratio=bandwidth_ratio,
         persistence=persistence, ecc=ecc,
         mig={int(i): _instances(layout) for i, layout in (mig or {}).items() if layout is not None},
-        device_permissions=device_permissions, container=container or ContainerRuntime(),
-        kubernetes=kubernetes or Kubernetes(), paths=dict(paths or {}))
+        device_permissions=device_permissions, container=container or ExpectedRuntime(),
+        kubernetes=kubernetes or ExpectedKubernetes(), paths=dict(paths or {}))
 
 
 def mig_resources(layouts: dict[int, list[MigInstance]], count: int, strategy: str = "mixed") -> dict[str, int]:
@@ -181,7 +196,8 @@ def allocatable_for(count: int, layouts: dict[int, list[MigInstance]], mig_strat
 
 def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
-    layouts = {index: list(layout.placements) for index, layout in node.mig.layouts.items() if layout.enabled}
+    layouts = {index: [MigInstance(p.profile, p.start, p.size) for p in layout.placements]
+               for index, layout in node.mig.layouts.items() if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
     image = node.verify.container_image
@@ -193,8 +209,8 @@ def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
         persistence=node.driver.persistenced,
         mig=layouts,
         device_permissions={"group": permissions.group or "root", "mode": permissions.mode},
-        container=ContainerRuntime(kind=runtime.kind, runtime="nvidia", cdi=node.toolkit.cdi, image=image),
-        kubernetes=Kubernetes(
+        container=ExpectedRuntime(kind=runtime.kind, runtime="nvidia", cdi=node.toolkit.cdi, image=image),
+        kubernetes=ExpectedKubernetes(
             enabled=kubernetes_enabled, node_name=node.name,
             allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
                                         node.sharing.replicas if node.sharing.strategy != "none" else 1,
