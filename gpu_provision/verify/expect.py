@@ -13,21 +13,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.node.mig.model import Placement as MigInstance
 from gpu_provision.spec import catalog
 from gpu_provision.spec.settings import default
 
 EXPECT_SCHEMA = "verify-expect.v1"
 #: The cluster file's verify.bandwidth_min_ratio when it leaves it out.
 DEFAULT_BANDWIDTH_RATIO: float = default("verify.bandwidth_min_ratio")
-
-
-@dataclass(frozen=True)
-class MigInstance:
-    """One GPU instance of a MIG layout: profile name (``3g.71gb``), placement start and size in memory slices."""
-
-    profile: str
-    start: int
-    size: int
 
 
 @dataclass(frozen=True)
@@ -114,15 +106,8 @@ def _model(key: str) -> catalog.GpuModel:
 
 
 def _instances(layout: Any) -> list[MigInstance]:
-    result = []
-    for item in layout:
-        if isinstance(item, MigInstance):
-            result.append(item)
-        elif isinstance(item, dict):
-            result.append(MigInstance(str(item["profile"]), int(item["start"]), int(item["size"])))
-        else:
-            result.append(MigInstance(str(item.profile), int(item.start), int(item.size)))
-    return result
+    return [item if isinstance(item, MigInstance) else MigInstance(str(item["profile"]), int(item["start"]),
+                                                                   int(item["size"])) for item in layout]
 
 
 def build_expectations(node: str, model: str, count: int, *, driver_version: str | None = None,
@@ -196,8 +181,7 @@ def allocatable_for(count: int, layouts: dict[int, list[MigInstance]], mig_strat
 
 def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
-    layouts = {index: [MigInstance(p.profile, p.start, p.size) for p in layout.placements]
-               for index, layout in node.mig.layouts.items() if layout.enabled}
+    layouts = {index: list(layout.placements) for index, layout in node.mig.layouts.items() if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
     image = node.verify.container_image
