@@ -1,4 +1,4 @@
-"""Kubernetes operations, one module per concern the first version kept in one file.
+"""Kubernetes operations, one module per concern:
 
 ``prerequisites`` (swap, kernel modules, sysctls), ``membership`` (``kubeadm init`` and ``join`` with their tokens),
 ``manifests`` (the CNI and the applied manifests), ``labels`` (node labels and taints), and ``probe`` (what they all
