@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision_rig import debs
-from gpu_provision_rig.config import RigNode
-from gpu_provision_rig.lifecycle import Rig, missing_requirements
 from gpu_provision.verify import collect
 from gpu_provision.verify.expect import build_expectations
 from gpu_provision.verify.report import schema_problems
+from gpu_provision_rig import debs
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.lifecycle import Rig, missing_requirements
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
