@@ -29,10 +29,11 @@ class PackageWant:
 
 @dataclass(frozen=True)
 class FileWant:
-    """A file with exact ``content``, or (``merge="json"``) a JSON file containing ``keys``, other keys kept."""
+    """A file with exact ``content`` (text, or bytes for a binary file), or (``merge="json"``) a JSON file
+    containing ``keys``, other keys kept."""
 
     path: str
-    content: str | None = None
+    content: str | bytes | None = None
     merge: Literal["json"] | None = None
     keys: dict[str, Any] = field(default_factory=dict)
     mode: str = "0644"
@@ -57,7 +58,7 @@ class FileWant:
             return isinstance(data, dict) and deep_merge(data, self.keys) == data
         return self.content is None or sha256(self.content) == current.sha256
 
-    def desired_text(self, current: str | None) -> str:
+    def desired_text(self, current: str | None) -> str | bytes:
         """The text the file should have, given its current text (merges keep foreign keys)."""
         if self.merge == "json":
             try:
@@ -145,9 +146,9 @@ def version_matches(wanted: str | None, installed: str | None) -> bool:
     return installed == wanted or installed.startswith(wanted + "-") or installed.split(":", 1)[-1].startswith(wanted)
 
 
-def sha256(text: str) -> str:
-    """Hex SHA-256 of UTF-8 ``text``."""
-    return hashlib.sha256(text.encode()).hexdigest()
+def sha256(text: str | bytes) -> str:
+    """Hex SHA-256 of UTF-8 ``text`` (or of bytes as they are)."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
 def differences(wants: list[Want], state: NodeStateData, stage: str = "") -> list[Difference]:

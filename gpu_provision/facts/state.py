@@ -1,9 +1,10 @@
 """The batched node-state fact and its per-run cache.
 
-``NodeState`` runs the probe (:mod:`gpu_provision.probe`) once and returns every section the stages asked for.
-:func:`node_state` is what operations and drift checks call: it fetches once per host and phase (prepare, then
-execute) and again only after one of this project's operations changed the host, so a converged node costs one
-round trip per phase however many operations read it.
+``NodeState`` runs the probe (:mod:`gpu_provision.node.probe`, sent as one command by
+:func:`gpu_provision.bundle.probe_command`) once and returns every section the stages asked for. :func:`node_state`
+is what operations and drift checks call: it fetches once per host and phase (prepare, then execute) and again only
+after one of this project's operations changed the host, so a converged node costs one round trip per phase however
+many operations read it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpu_provision.probe import bundle
+from gpu_provision import bundle
 from gpu_provision.state import NodeStateData, Request
 
 
@@ -31,7 +32,7 @@ class NodeState(FactBase):
         return "python3"
 
     def command(self, request_json: str) -> str:  # type: ignore[override]
-        return bundle.command(Request.from_json(request_json).to_probe())
+        return bundle.probe_command(Request.from_json(request_json).to_probe())
 
     def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
         return json.loads("\n".join(output))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from pyinfra.api import FactBase
 
+from gpu_provision import bundle
 from gpu_provision.verify.report import error_report, parse_report
 
 
@@ -28,7 +28,7 @@ class VerifyReport(FactBase):
         """Run the agent on the expectations file; ``node`` names error reports made on the controller."""
         self._node = node
         # Exit 1 (a check failed) and 2 (agent error) still print a report; anything else means no agent ran.
-        return (f"python3 {shlex.quote(agent_path)} --expect {shlex.quote(expect_path)}"
+        return (bundle.command("verify", "--expect", expect_path, bundle=agent_path) +
                 " || test $? -le 2 || echo 'verification agent did not run (is python3 installed?)'")
 
     def default(self) -> dict[str, Any]:  # type: ignore[override]

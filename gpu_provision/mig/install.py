@@ -1,40 +1,27 @@
-"""The node-side MIG/vGPU applier as the deploy installs it: its files, the layout files it reads, the boot unit.
+"""The MIG/vGPU applier as the deploy installs it: the node bundle, the layout files it reads, the boot unit.
 
-On a node (Python 3.9+, standard library only)::
+On a node::
 
-    /usr/local/lib/gpu-provision/mig/mig_apply.py   the applier (gpu_provision/node/mig/apply.py)
-    /usr/local/lib/gpu-provision/mig/mig_probe.py   the probe's mig section (gpu_provision/node/probe/mig.py)
-    /usr/local/lib/gpu-provision/mig/mig_layout.py  the MIG decision (gpu_provision/node/mig/layout.py)
-    /usr/local/lib/gpu-provision/mig/mig_vgpu.py    the vGPU decision (gpu_provision/node/mig/vgpu.py)
-    /etc/gpu-provision/mig-layout.yaml             the node's layout, mig-parted ``version: v1`` written as JSON
-    /etc/gpu-provision/vgpu.json                   the node's vGPU types (vGPU hosts only)
-    /etc/systemd/system/gpu-provision-mig.service  re-applies both at boot, before the container runtime and kubelet
+    /usr/local/lib/gpu-provision/gpu-provision-node.pyz  the node bundle; its ``mig-apply`` entry is the applier
+    /etc/gpu-provision/mig-layout.yaml                   the node's layout, mig-parted ``version: v1`` written as JSON
+    /etc/gpu-provision/vgpu.json                         the node's vGPU types (vGPU hosts only)
+    /etc/systemd/system/gpu-provision-mig.service        re-applies both at boot, before the container runtime and kubelet
 """
 
 from __future__ import annotations
 
 import json
-import shlex
-from importlib import resources
 
+from gpu_provision import bundle
 from gpu_provision.spec import catalog
 from gpu_provision.spec.migparted import node_config
 from gpu_provision.spec.model import Node
 
-APPLIER_DIR = "/usr/local/lib/gpu-provision/mig"
-APPLIER = f"{APPLIER_DIR}/mig_apply.py"
 LAYOUT_FILE = "/etc/gpu-provision/mig-layout.yaml"
 VGPU_FILE = "/etc/gpu-provision/vgpu.json"
 UNIT_NAME = "gpu-provision-mig.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
-
-#: Shipped name -> (package, file) of its source.
-SOURCES = {
-    "mig_apply.py": ("gpu_provision.node.mig", "apply.py"),
-    "mig_probe.py": ("gpu_provision.node.probe", "mig.py"),
-    "mig_layout.py": ("gpu_provision.node.mig", "layout.py"),
-    "mig_vgpu.py": ("gpu_provision.node.mig", "vgpu.py"),
-}
+ENTRY = "mig-apply"
 
 UNIT = """\
 # Written by gpu-provision: MIG instances, Hopper's MIG mode and SR-IOV virtual functions do not survive a reboot,
@@ -50,17 +37,11 @@ ConditionPathExists=|{vgpu}
 Type=oneshot
 RemainAfterExit=yes
 TimeoutStartSec=600
-ExecStart=/usr/bin/python3 {applier} boot --layout {layout} --vgpu {vgpu}{flags}
+ExecStart=/usr/bin/python3 {bundle} {entry} boot --layout {layout} --vgpu {vgpu}{flags}
 
 [Install]
 WantedBy=multi-user.target
 """
-
-
-def applier_files() -> dict[str, str]:
-    """Node path -> content of every file the applier needs."""
-    return {f"{APPLIER_DIR}/{name}": resources.files(package).joinpath(source).read_text()
-            for name, (package, source) in SOURCES.items()}
 
 
 def layout_document(node: Node) -> dict:
@@ -92,16 +73,16 @@ def flags(node: Node) -> list[str]:
 def unit_text(node: Node) -> str:
     """The boot unit; it never reboots (``boot`` implies that) but drains when the node allows it."""
     boot_flags = " --allow-drain" if node.mig.allow_drain else ""
-    return UNIT.format(layout=LAYOUT_FILE, vgpu=VGPU_FILE, applier=APPLIER, flags=boot_flags)
+    return UNIT.format(layout=LAYOUT_FILE, vgpu=VGPU_FILE, bundle=bundle.BUNDLE_PATH, entry=ENTRY, flags=boot_flags)
 
 
 def apply_command(node: Node, what: str = "apply") -> str:
     """The shell command that runs the installed applier for ``node`` (``apply``, ``plan`` or ``vgpu``)."""
-    argv = ["python3", APPLIER, what]
+    args = [what]
     if what in ("apply", "plan"):
-        argv += ["--layout", LAYOUT_FILE, "--config", node.name]
+        args += ["--layout", LAYOUT_FILE, "--config", node.name]
     if what in ("vgpu", "plan") and node.vgpu:
-        argv += ["--vgpu", VGPU_FILE]
+        args += ["--vgpu", VGPU_FILE]
     if what == "apply":
-        argv += flags(node)
-    return " ".join(shlex.quote(a) for a in argv)
+        args += flags(node)
+    return bundle.command(ENTRY, *args)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from io import StringIO
+from io import BytesIO, StringIO
 from typing import Any
 
 from pyinfra.api import FileUploadCommand, operation
@@ -62,7 +62,8 @@ def plan(want: FileWant, current: FileState, temp_name: Callable[[str], str]) ->
         commands.append(f"mkdir -p {shlex.quote(parent)}")
         if current.exists and want.backup:
             commands.append(f"cp -a {quoted} {shlex.quote(want.path + BACKUP_SUFFIX)}")
-        commands.append(FileUploadCommand(StringIO(text), want.path, remote_temp_filename=temp_name(want.path)))
+        source = BytesIO(text) if isinstance(text, bytes) else StringIO(text)
+        commands.append(FileUploadCommand(source, want.path, remote_temp_filename=temp_name(want.path)))
         # An upload creates the file with the connecting user's owner and umask: set both every time.
         commands.append(f"chown {want.owner}:{want.group} {quoted}")
         commands.append(f"chmod {want.mode} {quoted}")

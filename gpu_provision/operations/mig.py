@@ -1,10 +1,10 @@
 """The MIG layout operation: compare the node's GPUs with the cluster file's layouts, apply only the difference.
 
 The decision is :func:`gpu_provision.mig.plan.mig_actions` on the node's probed ``mig`` section; the change itself is
-made on the node by the installed applier (``mig_apply.py apply``), which re-checks the node, stops and restarts the
-services holding the GPUs, finishes pending MIG mode changes (GPU reset, else a reboot where the file allows it),
-regenerates the CDI spec and restarts the device plugin. A node in use by user processes fails with their pids and
-names unless ``mig.allow_drain`` is set.
+made on the node by the installed applier (the node bundle's ``mig-apply apply``), which re-checks the node, stops
+and restarts the services holding the GPUs, finishes pending MIG mode changes (GPU reset, else a reboot where the
+file allows it), regenerates the CDI spec and restarts the device plugin. A node in use by user processes fails with
+their pids and names unless ``mig.allow_drain`` is set.
 """
 
 from __future__ import annotations

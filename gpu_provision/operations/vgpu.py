@@ -1,8 +1,8 @@
 """The vGPU operation: SR-IOV virtual functions enabled and the cluster file's vGPU types on them.
 
 The decision is :func:`gpu_provision.node.mig.vgpu.plan_vgpu` on the node's probed ``mig`` section (its sysfs part); the
-applier (``mig_apply.py vgpu``) makes the change step by step, probing again after each write because the driver
-changes what the other virtual functions offer.
+applier (the node bundle's ``mig-apply vgpu``) makes the change step by step, probing again after each write because
+the driver changes what the other virtual functions offer.
 """
 
 from __future__ import annotations

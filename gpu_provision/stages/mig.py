@@ -1,11 +1,11 @@
 """Stage: MIG layouts and vGPU types, kept across reboots.
 
-Wants: the node-side applier (``/usr/local/lib/gpu-provision/mig/``), the node's layout in mig-parted ``version: v1``
-format (``/etc/gpu-provision/mig-layout.yaml``, written as JSON so the standard library reads it and a site running
-NVIDIA's mig-manager can use the same file), the vGPU file on vGPU hosts, and ``gpu-provision-mig.service``, which
-applies both at boot before the container runtime and kubelet start. Its own differences: per-GPU layout drift
-(``GPU 0: expected 2g.35gb@0:2, ...; found ...``) and vGPU types. Nodes without MIG layouts or vGPU types are left
-alone.
+Wants: the node bundle, whose ``mig-apply`` entry is the applier (``/usr/local/lib/gpu-provision/``), the node's
+layout in mig-parted ``version: v1`` format (``/etc/gpu-provision/mig-layout.yaml``, written as JSON so the standard
+library reads it and a site running NVIDIA's mig-manager can use the same file), the vGPU file on vGPU hosts, and
+``gpu-provision-mig.service``, which applies both at boot before the container runtime and kubelet start. Its own
+differences: per-GPU layout drift (``GPU 0: expected 2g.35gb@0:2, ...; found ...``) and vGPU types. Nodes without
+MIG layouts or vGPU types are left alone.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy
 
+from gpu_provision import bundle
 from gpu_provision.desired import Difference, FileWant, UnitWant, Want, request_for
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.mig import install as agent_mig
@@ -35,11 +36,10 @@ def managed(node: Node) -> bool:
 
 
 def file_wants(node: Node) -> list[FileWant]:
-    """The applier, the layout and vGPU files, and the boot unit."""
+    """The node bundle (the applier), the layout and vGPU files, and the boot unit."""
     if not managed(node):
         return []
-    out = [FileWant(path, content=text, mode="0755" if path == agent_mig.APPLIER else "0644", backup=False)
-           for path, text in sorted(agent_mig.applier_files().items())]
+    out = [FileWant(bundle.BUNDLE_PATH, content=bundle.build(), mode="0755", backup=False)]
     if node.mig.layouts:
         out.append(FileWant(agent_mig.LAYOUT_FILE, content=agent_mig.layout_text(node)))
     if node.vgpu:

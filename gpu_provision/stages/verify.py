@@ -18,8 +18,8 @@ from pyinfra.api import deploy
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import files, python
 
+from gpu_provision import bundle
 from gpu_provision.facts.verify import VerifyReport
-from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
 from gpu_provision.verify.expect import expectations_for_host
 from gpu_provision.verify.report import error_report
 from gpu_provision.verify.table import format_table
@@ -74,8 +74,8 @@ def _print_table_at_end(op_hash: str) -> None:
 def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None:
     """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
 
-    + remote_dir: where the agent and expectations live on the node (default: host data
-      ``gpu_provision_verify_dir``, else ``/var/lib/gpu-provision/verify``)
+    + remote_dir: where the node bundle (the agent) and the expectations live on the node (default: host data
+      ``gpu_provision_verify_dir``, else the bundle's one install location and ``/var/lib/gpu-provision/verify``)
     + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
 
     Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
@@ -84,11 +84,12 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None
     if expectations is None:
         host.noop("the cluster file gives this node no GPUs: nothing to verify")
         return
-    remote_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or REMOTE_DIR
-    agent_path = f"{remote_dir}/{AGENT_FILENAME}"
+    chosen_dir = remote_dir or host.data.get("gpu_provision_verify_dir")
+    agent_path = f"{chosen_dir}/{bundle.BUNDLE_NAME}" if chosen_dir else bundle.BUNDLE_PATH
+    remote_dir = chosen_dir or REMOTE_DIR
     expect_path = f"{remote_dir}/expect.json"
     files.directory(name="Verification agent directory", path=remote_dir, mode="0755")
-    files.put(name="Verification agent", src=io.BytesIO(build_agent()), dest=agent_path, mode="0755")
+    files.put(name="Verification agent", src=io.BytesIO(bundle.build()), dest=agent_path, mode="0755")
     files.put(name="Verification expectations", src=io.BytesIO(expectations.encode()),
               dest=expect_path, mode="0644")
     run = python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,

@@ -1,1 +1,1 @@
-"""Controller side of verification: expectations per node, the agent bundle, collection and the fleet table."""
+"""Controller side of verification: expectations per node, collection and the fleet table."""

@@ -1,9 +1,10 @@
 """Verification inside Kubernetes, for fleets that outgrow one controller's SSH fan-out.
 
-``manifests(...)`` generates a ConfigMap (the agent zip and every node's expectations) and a DaemonSet that runs
-the same agent in a pod on every GPU node of the cluster file; each pod prints its report as one JSON line and
-then sleeps, so the report stays in the pod's log. ``collect(...)`` reads those logs through kubectl and adds
-the one check a pod cannot make about itself: the node's allocatable GPU resources.
+``manifests(...)`` generates ConfigMaps (the node bundle, whose ``verify`` entry is the agent, and every node's
+expectations) and a DaemonSet that runs the same agent in a pod on every GPU node of the cluster file; each pod
+prints its report as one JSON line and then sleeps, so the report stays in the pod's log. ``collect(...)`` reads
+those logs through kubectl and adds the one check a pod cannot make about itself: the node's allocatable GPU
+resources.
 
 The pod sees the host's GPUs through the NVIDIA runtime (``runtimeClassName: nvidia``,
 ``NVIDIA_VISIBLE_DEVICES=all``) without asking the device plugin for any, so verification takes no GPU away
@@ -20,16 +21,18 @@ from typing import Any
 
 import yaml
 
+from gpu_provision import bundle
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.node.verify import checks as agent_checks
 from gpu_provision.node.verify.report import Check, summarize
-from gpu_provision.verify.bundle import AGENT_FILENAME, build_agent
 from gpu_provision.verify.report import error_report, parse_report
 
 APP = "gpu-provision-verify"
 LABELS = {"app.kubernetes.io/name": APP, "app.kubernetes.io/part-of": "gpu-provision"}
 DEFAULT_IMAGE = "python:3.12-slim"
 IN_POD_PATHS = {"dev": "/host/dev", "sysfs": "/host/sys"}
+#: Where the pod mounts the ConfigMap holding the node bundle.
+AGENT_DIR = "/opt/gpu-provision/agent"
 
 
 def pod_expectations(expect: dict[str, Any]) -> dict[str, Any]:
@@ -58,7 +61,7 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
         raise GpuProvisionError("no GPU nodes to verify in the cluster")
     data = {f"{node}.json": json.dumps(pod_expectations(expect), indent=1, sort_keys=True)
             for node, expect in sorted(expectations.items())}
-    command = (f"python3 /opt/gpu-provision/agent/{AGENT_FILENAME} --compact"
+    command = (bundle.command("verify", "--compact", bundle=f"{AGENT_DIR}/{bundle.BUNDLE_NAME}") +
                ' --expect "/opt/gpu-provision/expect/${NODE_NAME}.json"; exec sleep infinity')
     daemonset = {
         "apiVersion": "apps/v1",
@@ -86,7 +89,7 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
                         ],
                         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
                         "volumeMounts": [
-                            {"name": "agent", "mountPath": "/opt/gpu-provision/agent", "readOnly": True},
+                            {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
                             {"name": "expect", "mountPath": "/opt/gpu-provision/expect", "readOnly": True},
                             {"name": "host-dev", "mountPath": "/host/dev", "readOnly": True},
                             {"name": "host-sys", "mountPath": "/host/sys", "readOnly": True},
@@ -106,7 +109,7 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": LABELS}},
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": f"{APP}-agent", "namespace": namespace, "labels": LABELS},
-         "binaryData": {AGENT_FILENAME: base64.b64encode(build_agent()).decode()}},
+         "binaryData": {bundle.BUNDLE_NAME: base64.b64encode(bundle.build()).decode()}},
         {"apiVersion": "v1", "kind": "ConfigMap",
          "metadata": {"name": f"{APP}-expect", "namespace": namespace, "labels": LABELS}, "data": data},
         daemonset,
@@ -115,7 +118,7 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
 
 def expectations_from_inventory(inventory: str) -> dict[str, dict[str, Any]]:
     """Every GPU host's expectations (node name -> dict), from the same inventory the SSH path uses."""
-    from gpu_provision.verify.collect import load_inventory
+    from gpu_provision.fleet import load_inventory
     from gpu_provision.verify.expect import expectations_for_host
 
     result = {}

@@ -33,12 +33,12 @@ def sim_node(tmp_path: Path) -> Iterator[SimulatedNode]:
 
 @pytest.fixture
 def run_agent(tmp_path: Path) -> Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]:
-    """Run the agent (``python -m gpu_provision.node.verify``) on an expectations dict; return (exit status, report)."""
+    """Run the agent (``python -m gpu_provision.node verify``) on an expectations dict; return (exit status, report)."""
 
     def run(expect: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         path = tmp_path / "expect.json"
         path.write_text(json.dumps(expect))
-        done = subprocess.run([sys.executable, "-m", "gpu_provision.node.verify", "--expect", str(path)], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "gpu_provision.node", "verify", "--expect", str(path)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         return done.returncode, json.loads(done.stdout)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from agentsim import H200_GPUS
 
+from gpu_provision.bundle import BUNDLE_NAME
 from gpu_provision.commands import verify as verify_command
 from gpu_provision.verify import collect
-from gpu_provision.verify.bundle import AGENT_FILENAME
 from gpu_provision.verify.report import schema_problems
 
 
@@ -28,7 +28,7 @@ def test_local_run_ships_agent_and_collects_report(sim_node, tmp_path: Path) -> 
     reports = collect.run(str(_inventory(tmp_path, sim_node.expect())), remote_dir=str(remote),
                           report_dir=str(tmp_path / "reports"))
     (report,) = reports
-    assert (remote / AGENT_FILENAME).exists() and (remote / "expect.json").exists()
+    assert (remote / BUNDLE_NAME).exists() and (remote / "expect.json").exists()
     assert json.loads((remote / "expect.json").read_text())["node"] == "sim-node"
     assert schema_problems(report) == []
     assert report["node"] == "sim-node" and report["status"] == "pass"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gpu_provision import bundle
 from gpu_provision.node.probe import runtime
-from gpu_provision.probe import bundle
 
 # Output of the real tools (nvidia-ctk 1.17.8, Docker's containerd.io 1.7.24, Debian 12's docker.io).
 TOOLS = {
@@ -86,7 +86,7 @@ def test_containerd_2_and_debian_version_strings() -> None:
 
 
 def test_section_runs_inside_the_bundled_probe_on_this_machine() -> None:
-    proc = subprocess.run(["sh", "-c", bundle.command({"runtime": {}})], capture_output=True, text=True,
+    proc = subprocess.run(["sh", "-c", bundle.probe_command({"runtime": {}})], capture_output=True, text=True,
                           check=True, timeout=120)
     answer = json.loads(proc.stdout)["runtime"]
     assert set(answer) == {"nvidia_ctk_version", "containerd_version", "docker_version", "cdi_spec_mtime",

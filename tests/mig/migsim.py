@@ -1,5 +1,6 @@
 """A simulated node for the MIG tests: the rig's GPU simulator behind a stand-in ``nvidia-smi``, a stand-in
-``systemctl``, and the applier installed as the deploy installs it (used by conftest.py's fixtures)."""
+``systemctl``, and the node bundle (whose ``mig-apply`` entry is the applier) installed as the deploy installs it
+(used by conftest.py's fixtures)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import simtree
 
-from gpu_provision.mig.install import applier_files
+from gpu_provision.bundle import BUNDLE_NAME
+from gpu_provision.bundle import write as write_bundle
+from gpu_provision.mig.install import ENTRY
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
@@ -32,14 +35,19 @@ H200X2 = [
 
 @dataclass
 class MigNode:
-    """A simulated node: GPU simulator state, the installed applier, stand-in services."""
+    """A simulated node: GPU simulator state, the installed node bundle, stand-in services."""
 
     root: Path
     env: dict[str, str]
 
     @property
-    def applier(self) -> Path:
-        return self.root / "lib" / "mig_apply.py"
+    def bundle(self) -> Path:
+        return self.root / "lib" / BUNDLE_NAME
+
+    @property
+    def applier(self) -> list[str]:
+        """The applier's command line as the deploy and the boot unit run it."""
+        return ["python3", str(self.bundle), ENTRY]
 
     def sh(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess[str]:
         """Run a program on the node (PATH finds the stand-ins first)."""
@@ -52,7 +60,7 @@ class MigNode:
         """Write ``layout`` (mig-parted v1) as the node's layout file and run the applier on it."""
         path = self.root / "mig-layout.yaml"
         path.write_text(json.dumps(layout, indent=2))
-        return self.sh("python3", str(self.applier), command, "--layout", str(path), *extra)
+        return self.sh(*self.applier, command, "--layout", str(path), *extra)
 
     def lgi(self, gpu: int = 0) -> list[str]:
         """``profile@start:size`` of GPU ``gpu``'s instances, from the simulated ``nvidia-smi mig -lgi``."""
@@ -89,9 +97,7 @@ def make_node(tmp_path: Path) -> MigNode:
     """A node with two simulated H200s, driver 580.159.04 loaded, the applier installed, no services running."""
     sim_env = simtree.lay_out(tmp_path, MODULE_LINE)
     (tmp_path / "gpus.json").write_text(json.dumps({"gpus": H200X2}))
-    lib = tmp_path / "lib"
-    for path, text in applier_files().items():
-        (lib / Path(path).name).write_text(text)
+    write_bundle(str(tmp_path / "lib" / BUNDLE_NAME))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("nvidia-smi", "gpu-sim"):

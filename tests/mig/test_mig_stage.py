@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from gpu_provision import bundle
 from gpu_provision.desired import FileWant, UnitWant
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.node.mig import migparted
@@ -47,10 +48,10 @@ def converged() -> dict:
 def test_wants_of_a_mig_node() -> None:
     wants = stage.wants(H200, CLUSTER)
     paths = [w.path for w in wants if isinstance(w, FileWant)]
-    assert paths == sorted(agent_mig.applier_files()) + [agent_mig.LAYOUT_FILE, agent_mig.UNIT_PATH]
+    assert paths == [bundle.BUNDLE_PATH, agent_mig.LAYOUT_FILE, agent_mig.UNIT_PATH]
     assert [w for w in wants if isinstance(w, UnitWant)] == [UnitWant(agent_mig.UNIT_NAME, enabled=True, running=None)]
-    applier = next(w for w in wants if isinstance(w, FileWant) and w.path == agent_mig.APPLIER)
-    assert applier.mode == "0755"
+    applier = next(w for w in wants if isinstance(w, FileWant) and w.path == bundle.BUNDLE_PATH)
+    assert applier.mode == "0755" and applier.content == bundle.build()
     assert stage.wants(CLUSTER.node("cp-01"), CLUSTER) == []
     request = stage.request(H200, CLUSTER)
     assert "mig" in request.sections and "nvidia-dcgm.service" in request.units
@@ -75,7 +76,7 @@ def test_boot_unit() -> None:
     before = next(line for line in unit.splitlines() if line.startswith("Before="))
     assert {"containerd.service", "docker.service", "kubelet.service"} <= set(before[7:].split())
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert exec_start == ("ExecStart=/usr/bin/python3 /usr/local/lib/gpu-provision/mig/mig_apply.py boot "
+    assert exec_start == ("ExecStart=/usr/bin/python3 /usr/local/lib/gpu-provision/gpu-provision-node.pyz mig-apply boot "
                           "--layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json")
     assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
 
@@ -93,8 +94,8 @@ def test_differences_name_each_drifted_gpu() -> None:
 def test_operation_commands() -> None:
     actions = mig_ops.node_actions(H200, NodeStateData({"mig": snapshot(False)}))
     assert mig_ops.commands_for(H200, actions) == [
-        "python3 /usr/local/lib/gpu-provision/mig/mig_apply.py apply --layout /etc/gpu-provision/mig-layout.yaml "
-        "--config h200-01"]
+        "python3 /usr/local/lib/gpu-provision/gpu-provision-node.pyz mig-apply apply "
+        "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01"]
     assert mig_ops.node_actions(H200, NodeStateData({"mig": converged()})) == []
     busy = snapshot(True)
     busy["processes"] = [{"pid": 77, "name": "train.py", "gpu": 0, "gpu_uuid": busy["gpus"][0]["uuid"]}]

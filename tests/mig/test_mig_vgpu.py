@@ -98,13 +98,13 @@ def test_applier_writes_type_ids(mig_node: MigNode, sysfs: Path) -> None:
     types.write_text(json.dumps({"gpus": {"0": "NVIDIA H200X-141C"}}))
     state = mig_node.root / "vgpu-types.json"
     common = ["--vgpu", str(types), "--sysfs", str(sysfs), "--vgpu-state", str(state)]
-    plan = mig_node.sh("python3", str(mig_node.applier), "plan", *common, check=True)
+    plan = mig_node.sh(*mig_node.applier, "plan", *common, check=True)
     assert plan.stdout.strip() == "GPU 0: create NVIDIA H200X-141C (type 1428) on VF 0000:41:00.4"
-    result = mig_node.sh("python3", str(mig_node.applier), "vgpu", *common)
+    result = mig_node.sh(*mig_node.applier, "vgpu", *common)
     assert result.returncode == 0, result.stdout
     assert [current(sysfs, vf) for vf in VFS] == ["1428"] * 4
     assert json.loads(state.read_text())["NVIDIA H200X-141C"] == 1428
-    again = mig_node.sh("python3", str(mig_node.applier), "vgpu", *common, check=True)
+    again = mig_node.sh(*mig_node.applier, "vgpu", *common, check=True)
     assert "vGPU types in place (0 change(s))" in again.stdout
 
 
@@ -113,7 +113,7 @@ def test_applier_refuses_unknown_type(mig_node: MigNode, sysfs: Path) -> None:
         {"model": "H200", "index": 0, "uuid": GPU["uuid"], "pci_bus_id": "00000000:41:00.0", "serial": "1"}]}))
     types = mig_node.root / "vgpu.json"
     types.write_text(json.dumps({"gpus": {"0": "NVIDIA H200X-70C"}}))
-    result = mig_node.sh("python3", str(mig_node.applier), "vgpu", "--vgpu", str(types), "--sysfs", str(sysfs),
+    result = mig_node.sh(*mig_node.applier, "vgpu", "--vgpu", str(types), "--sysfs", str(sysfs),
                          "--vgpu-state", str(mig_node.root / "t.json"))
     assert result.returncode == 1
     assert "'NVIDIA H200X-70C' is not a vGPU type this GPU offers" in result.stdout

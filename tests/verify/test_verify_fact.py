@@ -13,11 +13,11 @@ DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 
 def test_command_quotes_paths_and_survives_failing_checks() -> None:
     fact = VerifyReport()
-    command = fact.command("/var/lib/gpu provision/gpu-verify.pyz", "/etc/x.json", node="gpu-01")
-    assert command.startswith("python3 '/var/lib/gpu provision/gpu-verify.pyz' --expect /etc/x.json")
+    command = fact.command("/var/lib/gpu provision/gpu-provision-node.pyz", "/etc/x.json", node="gpu-01")
+    assert command.startswith("python3 '/var/lib/gpu provision/gpu-provision-node.pyz' verify --expect /etc/x.json")
     # Exit 1 (a check failed) and 2 (agent error) count as success for the fact; 127 prints a message.
     for status, printed in ((0, ""), (1, ""), (2, ""), (127, "verification agent did not run (is python3 installed?)")):
-        shell = command.replace("python3 '/var/lib/gpu provision/gpu-verify.pyz' --expect /etc/x.json",
+        shell = command.replace("python3 '/var/lib/gpu provision/gpu-provision-node.pyz' verify --expect /etc/x.json",
                                 f"sh -c 'exit {status}'")
         done = subprocess.run(["sh", "-c", shell], capture_output=True, text=True)
         assert done.returncode == 0 and done.stdout.strip() == printed

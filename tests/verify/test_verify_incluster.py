@@ -18,8 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpu_provision import bundle
 from gpu_provision.verify import incluster
-from gpu_provision.verify.bundle import AGENT_FILENAME
 from gpu_provision.verify.expect import build_expectations
 from gpu_provision.verify.report import schema_problems
 
@@ -41,8 +41,8 @@ def test_manifests(expectations: dict[str, dict]) -> None:
     docs = incluster.manifests(expectations, namespace="gpu-check", image="python:3.12-slim")
     assert [d["kind"] for d in docs] == ["Namespace", "ConfigMap", "ConfigMap", "DaemonSet"]
     agent_cm, expect_cm, ds = docs[1], docs[2], docs[3]
-    pyz = base64.b64decode(agent_cm["binaryData"][AGENT_FILENAME])
-    assert "__main__.py" in zipfile.ZipFile(io.BytesIO(pyz)).namelist()
+    pyz = base64.b64decode(agent_cm["binaryData"][bundle.BUNDLE_NAME])
+    assert "__main__.py" in zipfile.ZipFile(io.BytesIO(pyz)).namelist() and pyz == bundle.build()
     inside = json.loads(expect_cm["data"]["h200-node.json"])
     assert inside["paths"] == {"dev": "/host/dev", "sysfs": "/host/sys"}
     assert inside["container"] == {"kind": "none"} and inside["kubernetes"]["enabled"] is False

@@ -1,15 +1,14 @@
-#!/usr/bin/env python3
 """Node-side MIG layout and vGPU applier of gpu-provision (Python 3.9+, standard library only).
 
-Installed to ``/usr/local/lib/gpu-provision/mig/`` next to ``mig_probe.py`` (the probe's ``mig`` section),
-``mig_layout.py`` and ``mig_vgpu.py`` (the shared decision code). Run by the deploy after a layout change and by
+The ``mig-apply`` entry of the node bundle (``/usr/local/lib/gpu-provision/gpu-provision-node.pyz``), next to the
+probe's ``mig`` section and the shared decision code it imports. Run by the deploy after a layout change and by
 ``gpu-provision-mig.service`` at boot (MIG instances, Hopper's MIG mode and SR-IOV virtual functions do not
 survive a reboot).
 
-    mig_apply.py plan  --layout /etc/gpu-provision/mig-layout.yaml          # what would change (read-only)
-    mig_apply.py apply --layout FILE [--config NAME] [--allow-drain] [--reboot-allowed]
-    mig_apply.py vgpu  --vgpu /etc/gpu-provision/vgpu.json [--sysfs /sys]
-    mig_apply.py boot  --layout FILE --vgpu FILE                            # both, as the boot unit runs them
+    mig-apply plan  --layout /etc/gpu-provision/mig-layout.yaml          # what would change (read-only)
+    mig-apply apply --layout FILE [--config NAME] [--allow-drain] [--reboot-allowed]
+    mig-apply vgpu  --vgpu /etc/gpu-provision/vgpu.json [--sysfs /sys]
+    mig-apply boot  --layout FILE --vgpu FILE                            # both, as the boot unit runs them
 
 The layout file is NVIDIA mig-parted's ``version: v1`` format written as JSON (valid YAML, readable with the
 standard library). Placements are planned here from the driver's own tables (``mig -lgip``/``-lgipp``) with the
@@ -25,12 +24,11 @@ import json
 import os
 import shutil
 import signal
-import sys
 import time
 
-import mig_layout
-import mig_probe
-import mig_vgpu
+from ..probe import mig as mig_probe
+from . import layout as mig_layout
+from . import vgpu as mig_vgpu
 
 PREFIX = "gpu-provision-mig: "
 DRAIN_WAIT_S = 30.0
@@ -310,7 +308,7 @@ def apply_vgpu(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="mig_apply.py", description="Apply a MIG layout and vGPU types.")
+    parser = argparse.ArgumentParser(prog="gpu-provision-node mig-apply", description="Apply a MIG layout and vGPU types.")
     parser.add_argument("command", choices=["plan", "apply", "vgpu", "boot"])
     parser.add_argument("--layout", help="mig-parted v1 layout file (JSON)")
     parser.add_argument("--config", help="config name in the layout file (default: its only config)")
@@ -344,7 +342,3 @@ def main(argv=None) -> int:
     except (ApplyError, ValueError, OSError) as exc:
         say(f"failed: {exc}")
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

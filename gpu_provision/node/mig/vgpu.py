@@ -8,7 +8,7 @@ the GPU fills, so type IDs are looked up by name there (they are unique only wit
 
 A GPU is converged when at least one VF holds the wanted type, no VF holds another type, and no free VF still
 offers the wanted type (the GPU carries as many vGPUs of the type as it can). Shared with the node-side applier
-(shipped as ``mig_vgpu.py``): Python 3.9+, standard library only.
+(:mod:`.apply`): Python 3.9+, standard library only.
 """
 
 from __future__ import annotations

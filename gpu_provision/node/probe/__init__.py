@@ -1,1 +1,34 @@
-"""Probe sections: node-side modules, each with ``collect(request) -> dict`` (Python 3.9+, stdlib only)."""
+"""Probe sections: node-side modules, each with ``collect(request) -> dict`` (Python 3.9+, stdlib only).
+
+The ``probe`` entry point reads the request (section name -> that section's arguments) from its first argument
+and prints one JSON object with the answer of every requested section. A section that fails answers
+``{"error": "<Type>: <message>"}`` instead, so one broken reading never hides the others.
+"""
+
+import importlib
+import json
+import sys
+
+#: Every section, by module name; requested names that are not sections are ignored.
+SECTIONS = ("accounts", "files", "gpu", "kubernetes", "mig", "packages", "runtime", "services", "system")
+
+
+def collect(request):
+    """The answer of every section named in ``request``, a failing section's answer being its error."""
+    out = {}
+    for name in SECTIONS:
+        if name not in request:
+            continue
+        try:
+            out[name] = importlib.import_module("." + name, __name__).collect(request[name])
+        except Exception as exc:
+            out[name] = {"error": type(exc).__name__ + ": " + str(exc)}
+    return out
+
+
+def main(argv=None):
+    """``probe [REQUEST_JSON]``: print the answer to the request (an empty request without an argument)."""
+    argv = sys.argv[1:] if argv is None else argv
+    request = json.loads(argv[0]) if argv else {}
+    print(json.dumps(collect(request), sort_keys=True))
+    return 0

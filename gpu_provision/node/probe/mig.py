@@ -7,8 +7,8 @@ and, for vGPU hosts, ``/sys/bus/pci/devices/<BDF>/{sriov_totalvfs,sriov_numvfs,v
 profile tables (``mig -lgip`` and ``-lgipp``), which answer with MIG disabled; ``{"vgpu": false}`` skips sysfs.
 
 The parsers follow the driver's printed formats (NVIDIA MIG user guide examples and the captured H200 outputs in
-tests/fixtures/h200), e.g. ``|   0  MIG 1g.18gb         19        7          0:1     |``. This module is also
-shipped to nodes as ``mig_probe.py`` for the layout applier, so it must stay self-contained: Python 3.9+, stdlib.
+tests/fixtures/h200), e.g. ``|   0  MIG 1g.18gb         19        7          0:1     |``. The layout
+applier (:mod:`..mig.apply`) imports it too; like all node-side code it is Python 3.9+, standard library only.
 """
 
 from __future__ import annotations

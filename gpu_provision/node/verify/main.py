@@ -1,6 +1,6 @@
 """Entry point of the verification agent: read the expectations, take the readings, print one JSON report.
 
-Usage on a node: ``python3 gpu-verify.pyz --expect /etc/gpu-provision/verify-expect.json``.
+Usage on a node: ``python3 gpu-provision-node.pyz verify --expect /etc/gpu-provision/verify-expect.json``.
 Exit status: 0 when every check passed or was skipped, 1 when any failed, 2 when the agent itself could not
 work (a report is printed all the same, with ``status: error``).
 
@@ -28,7 +28,7 @@ def self_command() -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ)
     loader = type(globals().get("__loader__")).__name__
     if loader == "zipimporter" or sys.argv[0].endswith(".pyz"):
-        return [sys.executable, sys.argv[0]], env
+        return [sys.executable, sys.argv[0], "verify"], env
     package = __package__ or "gpu_provision.node.verify"
     root = os.path.dirname(os.path.abspath(__file__))
     for _ in range(package.count(".") + 1):

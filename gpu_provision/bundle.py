@@ -1,0 +1,152 @@
+"""The node package as it travels to nodes: one zip application, and the probe's one-command form.
+
+Everything that runs on a node lives in :mod:`gpu_provision.node` (Python 3.9+, standard library only). It reaches
+a node two ways, both built here from the same files:
+
+* :func:`build` packs the whole package (the vendored ``pynvml`` and its licence included) into one zip
+  application installed at :data:`BUNDLE_PATH` and run as ``python3 BUNDLE ENTRY ARGS`` (entries ``probe``,
+  ``verify``, ``mig-apply``; see :mod:`gpu_provision.node.__main__`). The MIG stage, its boot unit and the verify
+  stage all use that one file. The archive is byte-for-byte reproducible (fixed timestamps, sorted entries), so a
+  content comparison uploads it again only when the node code changed.
+* :func:`probe_command` carries only the modules the ``probe`` entry imports, base64 in a ``python3 -c`` loader
+  that imports them from memory: reading a node's state stays one SSH command with no upload, which drift relies on.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import io
+import json
+import os
+import shlex
+import zipfile
+from functools import cache
+from pathlib import Path
+
+#: Where the node package sits inside the archives (a name of its own: it never shadows an installed gpu_provision).
+PACKAGE = "gpu_provision_node"
+#: The one install location of the bundle on nodes.
+NODE_DIR = "/usr/local/lib/gpu-provision"
+BUNDLE_NAME = "gpu-provision-node.pyz"
+BUNDLE_PATH = f"{NODE_DIR}/{BUNDLE_NAME}"
+
+SOURCE = Path(__file__).resolve().parent / "node"
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+_MAIN = f"import sys\nfrom {PACKAGE}.__main__ import main\nsys.exit(main())\n"
+
+# Runs on the node's python3 (3.9+): a meta-path finder over the in-memory zip, then the probe entry.
+_PROBE_LOADER = """\
+import base64,importlib.abc,importlib.util,io,sys,zipfile
+Z=zipfile.ZipFile(io.BytesIO(base64.b64decode('{archive}')))
+N=set(Z.namelist())
+class F(importlib.abc.MetaPathFinder,importlib.abc.Loader):
+    def find_spec(self,name,path=None,target=None):
+        p=name.replace('.','/')
+        if p+'/__init__.py' in N:
+            return importlib.util.spec_from_loader(name,self,origin=p+'/__init__.py',is_package=True)
+        if p+'.py' in N:
+            return importlib.util.spec_from_loader(name,self,origin=p+'.py')
+    def create_module(self,spec):
+        return None
+    def exec_module(self,module):
+        o=module.__spec__.origin
+        exec(compile(Z.read(o),'<probe>/'+o,'exec'),module.__dict__)
+sys.meta_path.insert(0,F())
+from {package}.probe import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def node_files() -> list[tuple[str, bytes]]:
+    """Every file the node package ships (``.py`` files and licences), by path inside the package, sorted."""
+    found = []
+    for path in sorted(SOURCE.rglob("*")):
+        relative = path.relative_to(SOURCE).as_posix()
+        if path.is_file() and "__pycache__" not in relative and (path.suffix == ".py" or path.name.startswith("LICENSE")):
+            found.append((relative, path.read_bytes()))
+    return found
+
+
+def _zip(entries: list[tuple[str, bytes]], prefix: bytes = b"") -> bytes:
+    buffer = io.BytesIO()
+    buffer.write(prefix)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data, compresslevel=9)
+    return buffer.getvalue()
+
+
+@cache
+def build() -> bytes:
+    """The node package as a reproducible zip application: ``python3 gpu-provision-node.pyz ENTRY ARGS``.
+
+    Built once per process: every host of a run gets the same bytes.
+    """
+    entries = [("__main__.py", _MAIN.encode())]
+    entries += [(f"{PACKAGE}/{name}", data) for name, data in node_files()]
+    return _zip(entries, prefix=b"#!/usr/bin/env python3\n")
+
+
+def write(path: str) -> str:
+    """Write the zip application to ``path`` (mode 0755) and return the path."""
+    with open(path, "wb") as handle:
+        handle.write(build())
+    os.chmod(path, 0o755)
+    return path
+
+
+def command(entry: str, *args: str, bundle: str = BUNDLE_PATH) -> str:
+    """The shell command that runs ``entry`` of the installed bundle with ``args``."""
+    return " ".join(shlex.quote(a) for a in ("python3", bundle, entry, *args))
+
+
+def _module_path(name: str, files: dict[str, bytes]) -> str | None:
+    base = name.replace(".", "/")
+    return next((p for p in (f"{base}/__init__.py", f"{base}.py") if p in files), None)
+
+
+def _relative_imports(path: str, source: bytes) -> set[str]:
+    """Package-relative module names (``probe.mig``) that the module at ``path`` imports relatively."""
+    package = path.rsplit("/", 1)[0].split("/") if "/" in path else []
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = package[: len(package) - node.level + 1]
+        stem = [*base, *(node.module.split(".") if node.module else [])]
+        found.add(".".join(stem))
+        found.update(".".join([*stem, alias.name]) for alias in node.names)
+    return found
+
+
+def entry_files(package: str) -> list[tuple[str, bytes]]:
+    """The files an entry needs and nothing more: every module of ``package`` (``probe``), the modules they
+    import relatively, and the ``__init__.py`` of each package on the way."""
+    files = dict(node_files())
+    queue = [p[:-3].replace("/", ".") for p in files if p.startswith(package + "/") and p.endswith(".py")]
+    wanted = {"__init__.py"}
+    while queue:
+        name = queue.pop()
+        path = _module_path(name, files)
+        if path is None or path in wanted:
+            continue
+        wanted.add(path)
+        parts = name.split(".")
+        queue += [".".join(parts[:i]) for i in range(1, len(parts))]
+        queue += sorted(_relative_imports(path, files[path]))
+    return [(p, files[p]) for p in sorted(wanted)]
+
+
+@cache
+def _probe_loader() -> str:
+    archive = _zip([(f"{PACKAGE}/{name}", data) for name, data in entry_files("probe")])
+    return _PROBE_LOADER.format(archive=base64.b64encode(archive).decode(), package=PACKAGE)
+
+
+def probe_command(request: dict) -> str:
+    """The shell command that runs the probe for ``request`` (section name -> that section's arguments)."""
+    return f"python3 -c {shlex.quote(_probe_loader())} {shlex.quote(json.dumps(request, sort_keys=True))}"
