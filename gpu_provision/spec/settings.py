@@ -74,7 +74,6 @@ FORMS: dict[str, str] = {
 }
 
 
-
 def _repository(name: str) -> dict[str, Any]:
     """A package repository and its key; left out, the upstream one (``UPSTREAM[name]``) is used."""
     upstream = UPSTREAM[name]
@@ -87,9 +86,9 @@ def _repository(name: str) -> dict[str, Any]:
         {
             "url": _s("Base URL of the repository (apt: the URL in the sources entry; yum: baseurl).", minLength=1),
             "key_url": _s("URL of the ASCII-armored or binary signing key; the deploy installs it and references it "
-                         "with signed-by.", minLength=1),
+                          "with signed-by.", minLength=1),
             "suite": _s("apt suite; '/' for flat repositories (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).",
-                       default=upstream["suite"]),
+                        default=upstream["suite"]),
             "components": components,
         },
         required=("url", "key_url"),
@@ -106,13 +105,13 @@ _ssh = _obj(
         "known_hosts": _s("known_hosts file to check host keys against, relative to the cluster file or absolute."),
         "strict_host_key_checking": _b("Refuse unknown or changed host keys.", default=True),
         "connect_timeout": _i("Seconds to wait for a node to answer before reporting it unreachable.",
-                             minimum=1, maximum=600, default=10),
+                              minimum=1, maximum=600, default=10),
     },
 )
 
 # A node's SSH settings default to the cluster's (cluster.ssh), not to the cluster's defaults.
 _node_ssh = _obj("Per-node SSH overrides; a setting left out is the cluster's (cluster.ssh).",
-               {k: {key: v for key, v in _ssh["properties"][k].items() if key != "default"}
+                 {k: {key: v for key, v in _ssh["properties"][k].items() if key != "default"}
                 for k in ("user", "port", "key")})
 
 _layout = {
@@ -139,7 +138,7 @@ _mig = _obj(
         "enabled": _b("Turn MIG mode on or off on every GPU (default: on when a layout or config is given)."),
         "layout": _layout,
         "config": _s("Name of a configuration in the mig-parted file (cluster.mig_parted_file); the file's own "
-                    "device filters and per-device entries apply."),
+                     "device filters and per-device entries apply."),
         "gpus": {
             "type": "object",
             "description": "Per-GPU settings by GPU index ('0', '1', ...); they replace the node-wide ones.",
@@ -147,7 +146,7 @@ _mig = _obj(
             "additionalProperties": _gpu_mig,
         },
         "allow_drain": _b("When user processes hold a GPU that needs a MIG change, stop them instead of refusing.",
-                         default=False),
+                          default=False),
     },
 )
 
@@ -165,18 +164,18 @@ _node_props = {
                        "pattern": r"^[0-9]{3}$", "minimum": 100, "maximum": 999,
                        "x-allowed": "a three-digit driver branch such as 580", "default": "580"},
             "version": _s("Exact driver version, e.g. '580.159.04'; overrides branch.",
-                         pattern=r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$"),
+                          pattern=r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$"),
             "kernel_modules": _e("Kernel module flavour: open (Turing and newer), proprietary, or auto (open where "
-                                "the architecture supports it).", ["open", "proprietary", "auto"], default="auto"),
+                                 "the architecture supports it).", ["open", "proprietary", "auto"], default="auto"),
             "install_method": _e("'package': install from the repository; 'preinstalled': a vendor image's driver, "
-                                "checked but never changed.", ["package", "preinstalled"], default="package"),
+                                 "checked but never changed.", ["package", "preinstalled"], default="package"),
             "reboot": _e("Whether the deploy may reboot the node when a driver or MIG change needs it.",
-                        ["allowed", "never"], default="never"),
+                         ["allowed", "never"], default="never"),
             "cuda_min": {"type": ["string", "number"], "description": "Minimum CUDA version the driver must support, "
                          "e.g. '12.4' (quote it: 12.10 unquoted reads as 12.1).", "pattern": _VERSION,
                          "x-allowed": "a CUDA version such as '12.4'"},
             "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8-GPU "
-                                "H100/H200/B200 nodes."),
+                                 "H100/H200/B200 nodes."),
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
         },
     ),
@@ -184,12 +183,12 @@ _node_props = {
         "Container runtime.",
         {
             "kind": _e("docker (with containerd underneath) or containerd alone.", ["docker", "containerd"],
-                      default="containerd"),
+                       default="containerd"),
             "docker_source": _e("Where Docker comes from: Docker's repository (mirrors.docker) or the distribution's "
-                               "docker.io package.", ["docker", "distro"], default="docker"),
+                                "docker.io package.", ["docker", "distro"], default="docker"),
             "default_shm_size": _s("Docker default-shm-size, e.g. '1g'.", pattern=r"^[0-9]+[bkmg]?$"),
             "log_max_size": _s("Container log rotation size (Docker log-opts max-size).", pattern=r"^[0-9]+[kmg]?$",
-                              default="100m"),
+                               default="100m"),
             "log_max_file": _i("Rotated log files kept per container.", minimum=1, maximum=100, default=3),
             "version": _s("Exact runtime package version to pin (default: repository's newest).", minLength=1),
         },
@@ -216,7 +215,7 @@ _node_props = {
         "The GPUs the node is expected to have (checked by preflight and verification).",
         {
             "model": _s("GPU model key: H200, H100-80GB, H100-NVL, GH200, A100-40GB, A100-80GB, A30, B200, L40S, "
-                       "L4, A10, T4."),
+                        "L4, A10, T4."),
             "count": _i("Number of GPUs.", minimum=0, maximum=16, default=0),
         },
     ),
@@ -235,15 +234,15 @@ _node_props = {
         {
             "strategy": _e("none, time-slicing or mps.", ["none", "time-slicing", "mps"], default="none"),
             "replicas": _i("Replicas each GPU is advertised as (time-slicing and MPS need at least 2).",
-                          minimum=1, maximum=64, default=1),
+                           minimum=1, maximum=64, default=1),
             "rename_by_default": _b("Advertise shared GPUs as nvidia.com/gpu.shared.", default=False),
         },
     ),
     "device_plugin": _obj(
         "NVIDIA device plugin.",
         {"mig_strategy": _e("How MIG devices are advertised: none, single or mixed. Left out on a node with MIG on: "
-                           "single when every GPU has the same layout of one profile, else mixed.",
-                           ["none", "single", "mixed"], default="none")},
+                            "single when every GPU has the same layout of one profile, else mixed.",
+                            ["none", "single", "mixed"], default="none")},
     ),
     "verify": _obj(
         "Verification thresholds.",
@@ -252,7 +251,7 @@ _node_props = {
                                     "description": "Flag a GPU whose measured memory bandwidth is below this "
                                                    "fraction of the model's figure.", "default": 0.85},
             "container_image": _s("Image used for the container check (default: built on the node from its own "
-                                 "files)."),
+                                  "files)."),
         },
     ),
 }
@@ -290,11 +289,11 @@ _kubernetes = _obj(
     {
         "enabled": _b("Install Kubernetes on the nodes.", default=True),
         "version": _s("Kubernetes version, e.g. '1.31.4'; kubelet, kubeadm and kubectl are pinned to it.",
-                     pattern=r"^1\.[0-9]{2}\.[0-9]+$", default="1.31.4"),
+                      pattern=r"^1\.[0-9]{2}\.[0-9]+$", default="1.31.4"),
         "pod_cidr": _s("Pod network CIDR.", pattern=_CIDR, default="10.244.0.0/16"),
         "service_cidr": _s("Service network CIDR.", pattern=_CIDR, default="10.96.0.0/12"),
         "control_plane_endpoint": _s("Stable address (host[:port]) of the API server; default: the first "
-                                    "control plane's address."),
+                                     "control plane's address."),
         "cni": _e("CNI plugin.", ["flannel", "calico", "cilium"], default="flannel"),
         "cni_manifest": _s("URL or path of the CNI manifest (override for air-gapped sites)."),
         "device_plugin_image": _s("NVIDIA device plugin image.", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
@@ -304,7 +303,7 @@ _kubernetes = _obj(
             {
                 "dcgm_exporter": _b("Run the DCGM exporter on GPU nodes.", default=True),
                 "dcgm_exporter_image": _s("DCGM exporter image.",
-                                         default="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
+                                          default="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
                 "prometheus_scrape_file": _s("Where to write a Prometheus scrape configuration for the exporters."),
             },
         ),
@@ -316,7 +315,7 @@ _mirrors = _obj(
     {
         **{name: _repository(name) for name in ("cuda", "container_toolkit", "docker", "kubernetes")},
         "registry": _s("Registry host that replaces the registry of every container image, e.g. "
-                      "'registry.internal:5000'."),
+                       "'registry.internal:5000'."),
         "package_proxy": _s("HTTP proxy for the nodes' package manager, e.g. 'http://10.0.0.1:3142'."),
     },
 )
@@ -341,7 +340,7 @@ SCHEMA: dict[str, Any] = {
                 "mirrors": _mirrors,
                 "ssh": _ssh,
                 "mig_parted_file": _s("A mig-parted 'version: v1' file whose named configs nodes can use "
-                                     "(mig.config), relative to this file."),
+                                      "(mig.config), relative to this file."),
             },
             required=("name",),
         ),
