@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from gpu_provision.node.mig.model import Placement
-
 from gpu_provision.spec.defaults import FLAT_SUITE
 from gpu_provision.spec.settings import default
 
