@@ -28,7 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expect", action="append", type=_expect_pair, metavar="HOST=FILE",
                    help="use this expectations file for HOST instead of the cluster file (repeatable)")
     p.add_argument("--report-dir", help="also write one <node>.json report per node here")
-    p.add_argument("--parallel", type=int, help="hosts verified at once (default: pyinfra's)")
+    p.add_argument("--parallel", type=int,
+                   help="hosts verified at once (default: the config file's, else pyinfra's: 20 per CPU core)")
+    p.add_argument("--config", default="config.py",
+                   help="pyinfra config file whose PARALLEL and CONNECT_TIMEOUT apply (default: %(default)s, if present)")
+    p.add_argument("--connect-timeout", type=float, default=None,
+                   help="seconds to wait for a node's SSH connection and login (default: the config file's, "
+                        "else the largest ssh.connect_timeout in the cluster file)")
+    p.add_argument("--command-timeout", type=float, default=None,
+                   help="seconds each remote command (upload, agent run) may take (default: no limit)")
     p.add_argument("--remote-dir", help="where the agent is put on each node (default: /var/lib/gpu-provision/verify)")
     p.add_argument("--in-cluster", action="store_true",
                    help="collect the reports of the verification DaemonSet through kubectl instead of SSH")
@@ -49,10 +57,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         reports = incluster.collect(args.namespace, args.kubeconfig, limit=args.limit)
     else:
+        from gpu_provision.fleet import settings_from
         from gpu_provision.verify import collect
 
-        reports = collect.run(args.inventory, limit=args.limit, expect_files=dict(args.expect or []),
-                              report_dir=args.report_dir, parallel=args.parallel, remote_dir=args.remote_dir)
+        settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout,
+                                 args.limit or (), default_command_timeout=None)
+        _quiet_pyinfra()
+        reports = collect.run(args.inventory, settings, expect_files=dict(args.expect or []),
+                              report_dir=args.report_dir, remote_dir=args.remote_dir)
     if not reports:
         raise GpuProvisionError("no GPU nodes to verify (the cluster file gives the selected hosts no GPUs)")
     if args.json:
@@ -61,3 +73,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(table.format_table(reports))
     return 0 if fleet_ok(reports) else 1
+
+
+def _quiet_pyinfra() -> None:
+    # pyinfra logs every operation on every host; the table (or JSON) says what matters, warnings still show.
+    import logging
+
+    logging.getLogger("pyinfra").setLevel(logging.WARNING)

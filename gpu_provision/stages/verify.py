@@ -1,7 +1,8 @@
 """``verify`` stage: ship the verification agent and its expectations, run it, judge the node by its report.
 
-The agent runs inside a ``python.call`` callback, i.e. at execution time, after the uploads before it; a fact
-asked for in deploy code would run at prepare time, before the agent is on the node.
+Running the agent is an operation (:func:`gpu_provision.operations.verify.agent_report`); its report is that
+operation's output, read by value once it ran: by the ``Judge verification report`` callback that fails the node
+and by the fleet table under ``pyinfra``, and by :mod:`gpu_provision.verify.collect` under ``gpu-provision verify``.
 """
 
 from __future__ import annotations
@@ -15,29 +16,23 @@ from typing import Any
 import pyinfra
 from pyinfra import host, state
 from pyinfra.api import deploy
+from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import files, python
 
 from gpu_provision import bundle
-from gpu_provision.facts.verify import VerifyReport
+from gpu_provision.operations import verify as verification
 from gpu_provision.verify.expect import expectations_for_host
-from gpu_provision.verify.report import error_report
+from gpu_provision.verify.report import report_from_run
 from gpu_provision.verify.table import format_table
 
 REMOTE_DIR = "/var/lib/gpu-provision/verify"
 
-#: Reports collected in this process, by host name (read by ``gpu-provision verify`` for its table).
-REPORTS: dict[str, dict[str, Any]] = {}
 
-
-def collect_report(state: Any, host: Any, agent_path: str, expect_path: str,
-                   report_dir: str | None = None) -> bool:
-    """Run the agent through the ``VerifyReport`` fact; keep the report; fail the host when a check failed."""
-    try:
-        report = host.get_fact(VerifyReport, agent_path=agent_path, expect_path=expect_path, node=host.name)
-    except Exception as exc:  # an unreachable node must still appear in the fleet table
-        report = error_report(host.name, f"agent run failed: {type(exc).__name__}: {exc}")
-    REPORTS[host.name] = report
+def judge_report(state: Any, host: Any, ran: OperationMeta, report_dir: str | None = None) -> bool:
+    """Read the report the agent run printed; save it under ``report_dir``; log one line; fail the node when a
+    check failed or the agent gave no usable report."""
+    report = report_from_run(host.name, ran)
     if report_dir:
         os.makedirs(report_dir, exist_ok=True)
         with open(os.path.join(report_dir, f"{host.name}.json"), "w", encoding="utf-8") as handle:
@@ -53,37 +48,63 @@ def collect_report(state: Any, host: Any, agent_path: str, expect_path: str,
 
 
 class FleetTable(BaseStateCallback):
-    """Prints the fleet table once the agent operation has finished on every host (pyinfra CLI runs only;
-    ``gpu-provision verify`` prints its own)."""
+    """Prints the fleet table once the last host has been judged (pyinfra CLI runs only; ``gpu-provision verify``
+    prints its own from the reports the fleet runner returns).
 
-    def __init__(self, op_hash: str):
-        self.op_hash = op_hash
+    It prints from the per-host callbacks rather than at the operation's end, which pyinfra never reaches when
+    every node failed verification. The reports are read from the agent operation's result on each host.
+    """
 
-    def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
-        """Print the table after the agent operation, once every host has reported."""
-        if op_hash == self.op_hash and REPORTS:
-            print("\n" + format_table(list(REPORTS.values())) + "\n", file=sys.stdout, flush=True)
+    def __init__(self, ran_hash: str, judged_hash: str):
+        self.ran_hash = ran_hash
+        self.judged_hash = judged_hash
+        self.printed = False
+
+    def operation_host_success(self, state: Any, host: Any, op_hash: str,  # type: ignore[override]
+                               retry_count: int = 0) -> None:
+        """A host passed its judgement: print the table if it was the last one."""
+        self._judged(state, host, op_hash)
+
+    def operation_host_error(self, state: Any, host: Any, op_hash: str,  # type: ignore[override]
+                             retry_count: int = 0, max_retries: int = 0) -> None:
+        """A host failed its judgement: print the table if it was the last one."""
+        self._judged(state, host, op_hash)
+
+    def _judged(self, state: Any, host: Any, op_hash: str) -> None:
+        if op_hash != self.judged_hash or self.printed:
+            return
+        judged = [h for h in state.inventory if self.judged_hash in state.ops.get(h, {})]
+        if any(h is not host and h in state.active_hosts
+               and not state.ops[h][self.judged_hash].operation_meta.is_complete() for h in judged):
+            return
+        self.printed = True
+        runs = [(h.name, state.ops[h][self.ran_hash].operation_meta) for h in judged]
+        reports = [report_from_run(name, ran) for name, ran in runs if ran.is_complete()]
+        print("\n" + format_table(reports) + "\n", file=sys.stdout, flush=True)
 
 
-def _print_table_at_end(op_hash: str) -> None:
+def _print_table_at_end(ran: OperationMeta, judged: OperationMeta) -> None:
     if pyinfra.is_cli and not any(isinstance(h, FleetTable) for h in state.callback_handlers):
-        state.add_callback_handler(FleetTable(op_hash))
+        state.add_callback_handler(FleetTable(ran._hash, judged._hash))
 
 
 @deploy("Verify GPU node")
-def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None:
+def verify(remote_dir: str | None = None, report_dir: str | None = None) -> OperationMeta | None:
     """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
 
     + remote_dir: where the node bundle (the agent) and the expectations live on the node (default: host data
       ``gpu_provision_verify_dir``, else the bundle's one install location and ``/var/lib/gpu-provision/verify``)
     + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
 
+    Returns the agent operation's result (None for a node without GPUs), whose report
+    :func:`gpu_provision.verify.report.report_from_run` reads once it ran.
+
     Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
     """
     expectations = expectations_for_host(host)
     if expectations is None:
         host.noop("the cluster file gives this node no GPUs: nothing to verify")
-        return
+        return None
     chosen_dir = remote_dir or host.data.get("gpu_provision_verify_dir")
     agent_path = f"{chosen_dir}/{bundle.BUNDLE_NAME}" if chosen_dir else bundle.BUNDLE_PATH
     remote_dir = chosen_dir or REMOTE_DIR
@@ -92,6 +113,7 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None) -> None
     files.put(name="Verification agent", src=io.BytesIO(bundle.build()), dest=agent_path, mode="0755")
     files.put(name="Verification expectations", src=io.BytesIO(expectations.encode()),
               dest=expect_path, mode="0644")
-    run = python.call(name="Run verification agent", function=collect_report, agent_path=agent_path,
-                      expect_path=expect_path, report_dir=report_dir)
-    _print_table_at_end(run._hash)
+    ran = verification.agent_report(name="Run verification agent", agent_path=agent_path, expect_path=expect_path)
+    judged = python.call(name="Judge verification report", function=judge_report, ran=ran, report_dir=report_dir)
+    _print_table_at_end(ran, judged)
+    return ran

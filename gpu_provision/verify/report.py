@@ -57,6 +57,24 @@ def parse_report(node: str, text: str) -> dict[str, Any]:
     return result
 
 
+NO_OUTPUT = "the verification agent printed nothing"
+NOT_RUN = "an operation before the agent failed (see the log)"
+
+
+def report_from_run(node: str, ran: Any) -> dict[str, Any]:
+    """The report an agent run printed, read from its operation's result (pyinfra's ``OperationMeta``) once it
+    ran; an error report saying why when the run never came (an earlier operation failed), failed or printed
+    nothing."""
+    if not ran.is_complete():
+        return error_report(node, NOT_RUN)
+    if not ran.did_succeed():
+        tail = [line for line in ran.stderr_lines if line.strip()][-1:] or ["the command failed or timed out"]
+        return error_report(node, f"agent run failed: {tail[0][:200]}")
+    if not ran.stdout.strip():
+        return error_report(node, NO_OUTPUT)
+    return parse_report(node, ran.stdout)
+
+
 @dataclass(frozen=True)
 class NodeRow:
     """One line of the fleet table."""

@@ -61,6 +61,16 @@ def test_command_json_output(sim_node, tmp_path: Path, capsys) -> None:
     assert [r["status"] for r in reports] == ["pass"]
 
 
+def test_two_runs_in_one_process_return_their_own_reports(sim_node, tmp_path: Path) -> None:
+    """Reports come back by value: a later run in the same process leaves an earlier run's reports as they were."""
+    inventory = str(_inventory(tmp_path, sim_node.expect()))
+    first = collect.run(inventory, remote_dir=str(tmp_path / "remote"))
+    sim_node.configure(H200_GPUS[:1])
+    second = collect.run(inventory, remote_dir=str(tmp_path / "remote"))
+    assert [r["status"] for r in first] == ["pass"] and [r["status"] for r in second] == ["fail"]
+    assert len(first[0]["host"]["gpus"]) == 2 and len(second[0]["host"]["gpus"]) == 1
+
+
 def test_unreachable_host_gets_an_error_report(tmp_path: Path) -> None:
     inventory = tmp_path / "inventory_down.py"
     # Nothing listens on this loopback port: the connection is refused locally.
@@ -68,6 +78,7 @@ def test_unreachable_host_gets_an_error_report(tmp_path: Path) -> None:
                          '"ssh_connect_retries": 0, "gpu_provision_verify_expect": "/nonexistent"})]\n')
     (report,) = collect.run(str(inventory))
     assert report["status"] == "error" and report["node"] == "down-node"
+    assert report["error"].startswith("unreachable: Could not connect")
     assert schema_problems(report) == []
 
 
@@ -92,6 +103,9 @@ def test_pyinfra_cli_runs_the_verify_deploy(sim_node, tmp_path: Path) -> None:
     assert broken.returncode != 0
     assert "first failure: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2" in (
         broken.stdout + broken.stderr)
+    # The table still comes when every node failed (pyinfra stops with "No hosts remaining!").
+    assert any(line.split()[:3] == ["sim-node", "FAIL", "1/2"] for line in broken.stdout.splitlines())
+    assert "0 of 1 node(s) passed, 1 failed" in broken.stdout
 
 
 def test_node_without_gpus_is_skipped(tmp_path: Path, monkeypatch) -> None:

@@ -1,0 +1,132 @@
+"""The fleet runner over pyinfra's API, with the @local connector and refused loopback connections: host
+selection, results by value, per-host operations, and unreachable hosts reported alike by drift and verify."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyinfra.api import Inventory
+from pyinfra.operations import server
+
+from gpu_provision.drift import check_fleet
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet, settings_from
+from gpu_provision.verify import collect
+
+
+def down(name: str, port: int) -> tuple[str, dict[str, Any]]:
+    """A host on 127.0.0.1 whose SSH port refuses connections."""
+    return name, {"ssh_hostname": "127.0.0.1", "ssh_port": port, "ssh_connect_retries": 0}
+
+
+def echo(text: str):
+    """Per-host work: run ``echo text`` on the host and return what it printed."""
+    def work(reached: Reached) -> str:
+        ok, output = reached.host.run_shell_command(f"echo {text}")
+        assert ok
+        return "\n".join(output.stdout_lines)
+    return work
+
+
+def test_limit_runs_only_the_named_hosts_in_inventory_order(closed_port):
+    inventory = Inventory((["@local", down("down-a", closed_port), down("down-b", closed_port)], {}))
+    run = run_fleet(inventory, echo("hi"), FleetSettings(limit=("down-b", "@local"), connect_timeout=2))
+    assert [h.name for h in run.hosts] == ["@local", "down-b"]
+    local, refused = run.hosts
+    assert (local.value, local.unreached, local.commands) == ("hi", None, 1)
+    assert refused.value is None and refused.commands == 0
+    assert refused.unreached.startswith("unreachable: Could not connect") and str(closed_port) in refused.unreached
+    assert run.connect_timeout == 2
+
+
+def test_unknown_limit_names_and_an_empty_inventory_are_errors(closed_port):
+    inventory = Inventory((["@local", down("down-a", closed_port)], {}))
+    with pytest.raises(GpuProvisionError, match="does not have: nope, other$"):
+        run_fleet(inventory, echo("hi"), FleetSettings(limit=("other", "@local", "nope")))
+    with pytest.raises(GpuProvisionError, match="the inventory has no hosts"):
+        run_fleet(Inventory(([], {})), echo("hi"))
+
+
+def test_two_runs_in_one_process_give_independent_results():
+    first = run_fleet(Inventory((["@local"], {})), echo("one"))
+    second = run_fleet(Inventory((["@local"], {})), echo("two"))
+    assert [h.value for h in first.hosts] == ["one"] and [h.value for h in second.hosts] == ["two"]
+    assert [h.commands for h in first.hosts] == [1] and [h.commands for h in second.hosts] == [1]
+
+
+def test_apply_runs_a_hosts_operations_in_order_and_stops_at_the_first_failure():
+    def deploy() -> tuple[Any, Any]:
+        return server.shell(commands=["false"]), server.shell(commands=["echo never"])
+
+    def work(reached: Reached) -> Any:
+        shown, ok = reached.apply(server.shell, commands=["echo applied"])
+        (failed, skipped), failed_ok = reached.apply(deploy)
+        return shown.stdout, ok, failed.did_error(), skipped.is_complete(), failed_ok
+
+    (result,) = run_fleet(Inventory((["@local"], {})), work).hosts
+    assert result.value == ("applied", True, True, False, False)
+    assert result.commands == 2
+
+
+def test_exception_in_the_work_is_raised_after_every_host_finished(closed_port):
+    def work(reached: Reached) -> None:
+        raise GpuProvisionError("broken expectations")
+
+    with pytest.raises(GpuProvisionError, match="broken expectations"):
+        run_fleet(Inventory((["@local", down("down", closed_port)], {})), work, FleetSettings(connect_timeout=2))
+
+
+def test_unreachable_host_is_reported_alike_by_drift_and_verify(tmp_path: Path, closed_port):
+    inventory = tmp_path / "inventory_down.py"
+    inventory.write_text(f"hosts = [{down('down-node', closed_port)!r}]\n")
+    drift = check_fleet(load_inventory(str(inventory)), [], FleetSettings(connect_timeout=2))
+    (report,) = collect.run(str(inventory))
+    (node,) = drift.nodes
+    assert node.status == "not-checked" and report["status"] == "error"
+    assert node.problems == [report["error"]]
+    assert report["error"] == f"unreachable: Could not connect ([Errno None] Unable to connect to port {closed_port} on 127.0.0.1)"
+
+
+def test_inventory_that_cannot_be_loaded_is_a_user_error(tmp_path: Path):
+    broken = tmp_path / "inventory_broken.py"
+    broken.write_text("hosts = [\n")
+    with pytest.raises(GpuProvisionError, match="cannot load inventory"):
+        load_inventory(str(broken))
+
+
+def test_settings_come_from_the_command_line_else_the_config_file_else_the_defaults(tmp_path: Path):
+    config = tmp_path / "config.py"
+    config.write_text("from pyinfra import config\nconfig.PARALLEL = 3\nconfig.CONNECT_TIMEOUT = 4\n")
+    assert settings_from(str(config)) == FleetSettings(parallel=3, connect_timeout=4.0)
+    assert settings_from(str(config), parallel=2, connect_timeout=1.5, command_timeout=9, limit=["a", "b"]) == (
+        FleetSettings(parallel=2, connect_timeout=1.5, command_timeout=9, limit=("a", "b")))
+    assert settings_from(str(tmp_path / "absent.py"), default_command_timeout=None) == (
+        FleetSettings(command_timeout=None))
+    with pytest.raises(GpuProvisionError, match="--parallel must be 0 or more"):
+        settings_from(None, parallel=-1)
+
+
+def test_verify_limit_names_unknown_hosts_as_drift_does(tmp_path: Path, closed_port):
+    inventory = tmp_path / "inventory_down.py"
+    inventory.write_text(f"hosts = [{down('down-node', closed_port)!r}]\n")
+    with pytest.raises(GpuProvisionError, match="--limit names hosts the inventory does not have: gpu-09"):
+        collect.run(str(inventory), FleetSettings(limit=("gpu-09",)))
+
+
+def test_verify_command_takes_the_runner_settings_and_lists_an_unreachable_node(tmp_path: Path, closed_port, capsys):
+    import argparse
+
+    from gpu_provision.commands import verify as verify_command
+
+    inventory = tmp_path / "inventory_down.py"
+    inventory.write_text(f"hosts = [{down('down-node', closed_port)!r}]\n")
+    parser = argparse.ArgumentParser()
+    verify_command.register(parser.add_subparsers())
+    args = parser.parse_args(["verify", str(inventory), "--connect-timeout", "2", "--command-timeout", "30",
+                              "--config", str(tmp_path / "absent.py"), "--limit", "down-node"])
+    assert args.handler(args) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:3] == ["down-node", "ERROR", "?/?"]
+    assert "unreachable: Could not connect" in out[1]
