@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
 import jsonschema
@@ -16,19 +16,14 @@ import jsonschema
 from gpu_provision.errors import SpecProblem
 from gpu_provision.spec.yamlsafe import Positions, format_path
 
-SCHEMA_DIRS = (
-    Path(__file__).resolve().parents[2] / "schemas",
-    Path(__file__).resolve().parents[1] / "schemas",
-)
-
 
 @cache
 def load_schema(name: str = "cluster.v1.schema.json") -> dict[str, Any]:
-    """The JSON Schema called ``name`` from the repository's ``schemas/`` folder."""
-    for folder in SCHEMA_DIRS:
-        if (folder / name).is_file():
-            return json.loads((folder / name).read_text())
-    raise FileNotFoundError(name)
+    """The JSON Schema called ``name``, read from the installed package (``gpu_provision/schemas/``).
+
+    Read through :mod:`importlib.resources` so a wheel, an sdist install and the checkout all find the same file.
+    """
+    return json.loads((resources.files("gpu_provision") / "schemas" / name).read_text(encoding="utf-8"))
 
 
 def _short(value: Any) -> str:
