@@ -27,8 +27,10 @@ import signal
 import time
 
 from ..probe import mig as mig_probe
+from . import holders, migparted, placement
 from . import layout as mig_layout
 from . import vgpu as mig_vgpu
+from .model import GpuLayout, ProfileTable
 
 PREFIX = "gpu-provision-mig: "
 DRAIN_WAIT_S = 30.0
@@ -52,39 +54,20 @@ def run(argv: list, check: bool = True) -> tuple:
     return rc, out
 
 
-def active_units(units) -> set:
-    """Which of ``units`` systemd reports active (none when systemd cannot be asked)."""
-    if not shutil.which("systemctl"):
-        return set()
-    units = sorted(set(units))
-    rc, out = mig_probe.run(["systemctl", "is-active", *units])
-    if rc is None:
-        return set()
-    states = (out or "").split()
-    return {u for u, s in zip(units, states) if s in ("active", "activating", "reloading")}
-
-
-def load_layout(path: str) -> dict:
-    with open(path) as f:
-        doc = json.load(f)
-    if doc.get("version") != "v1" or not isinstance(doc.get("mig-configs"), dict):
-        raise ApplyError(path + ": not a mig-parted 'version: v1' document")
-    return doc
-
-
 def desired_for(doc: dict, config, snapshot: dict) -> dict:
-    """Per GPU ``{"enabled", "placements"}``, placements planned on the driver's tables."""
-    layouts = mig_layout.layouts_from_migparted(doc, config, snapshot["gpus"])
+    """Per GPU index, the :class:`GpuLayout` the layout file asks for, placed on the driver's own tables."""
+    gpus = [(g["index"], [g["pci_device_id"]]) for g in snapshot["gpus"]]
     out = {}
-    for index, want in layouts.items():
-        placements: list | None = []
-        if want["enabled"] and want["profiles"]:
+    for index, want in migparted.requested(doc, config, gpus).items():
+        placements: tuple = ()
+        if want.enabled and want.profiles:
             table = (snapshot.get("tables") or {}).get(str(index))
-            placements = mig_layout.plan_placements(table, want["profiles"]) if table else None
-            if placements is None:
-                profiles = json.dumps(want["profiles"], sort_keys=True)
+            planned = placement.plan(ProfileTable.from_dict(table), want.profiles) if table else None
+            if planned is None:
+                profiles = json.dumps(want.profiles, sort_keys=True)
                 raise ApplyError(f"GPU {index}: the layout {profiles} does not fit this GPU's MIG profiles")
-        out[index] = {"enabled": want["enabled"], "placements": placements}
+            placements = planned
+        out[index] = GpuLayout(want.enabled, placements)
     return out
 
 
@@ -211,14 +194,14 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool) -> None:
 
 
 def apply_layout(args) -> int:
-    doc = load_layout(args.layout)
+    doc = migparted.read(args.layout)
     snapshot = probe(tables=True)
     desired = desired_for(doc, args.config, snapshot)
     if not desired:
         ids = ", ".join(sorted({g["pci_device_id"] for g in snapshot["gpus"]})) or "no GPUs"
         say(f"the layout file selects none of this node's GPUs ({ids}); nothing to do")
         return 0
-    units = active_units(mig_layout.MODE_HOLDERS)
+    units = holders.running_holders()
     actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot)
     refusals = [a for a in actions if a.kind == "refuse"]
     if args.command == "plan":
