@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from gpu_provision import bundle
+from gpu_provision.node.mig.migparted import document
 from gpu_provision.spec import catalog
 from gpu_provision.spec.migparted import node_config
 from gpu_provision.spec.model import Node
@@ -47,7 +48,7 @@ WantedBy=multi-user.target
 def layout_document(node: Node) -> dict:
     """The node's layouts as a mig-parted ``version: v1`` document with one config named after the node."""
     model = catalog.model(node.gpus.model) if node.gpus.model else None
-    return {"version": "v1", "mig-configs": {node.name: node_config(node, model)}}
+    return document({node.name: node_config(node, model)})
 
 
 def layout_text(node: Node) -> str:
