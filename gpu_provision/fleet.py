@@ -186,12 +186,19 @@ def node_connect_timeout(host: Any) -> float | None:
         return None
 
 
+#: Called after each host finishes with (hosts done, hosts that failed, hosts in the run).
+Progress = Callable[[int, int, int], None]
+
+
 def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: FleetSettings | None = None,
-              connect_timeout_of: Callable[[Any], float | None] = node_connect_timeout) -> FleetRun[T]:
+              connect_timeout_of: Callable[[Any], float | None] = node_connect_timeout,
+              progress: Progress | None = None, failed: Callable[[T], bool] = lambda value: False) -> FleetRun[T]:
     """Connect to every host of ``inventory`` (or those in ``settings.limit``), call ``work`` on each reached
     host in parallel, disconnect, and return each host's :class:`HostResult`.
 
     ``connect_timeout_of`` gives a host's own connect timeout, used when ``settings`` gives none.
+    ``progress``, when given, hears after every host how many are done, failed (unreached, or ``failed`` of its
+    value) and in the run, so a long run can show where it is.
     An exception raised by ``work`` is raised here once every host has finished.
     """
     settings = settings or FleetSettings()
@@ -205,14 +212,34 @@ def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: Flee
         _apply_timeouts(host, connect_timeout, settings.command_timeout)
     config = Config(CONNECT_TIMEOUT=connect_timeout, PARALLEL=settings.parallel, FAIL_PERCENT=None)
     state = State(inventory, config, check_for_changes=False)
+    tally = _Tally(len(hosts), progress, failed)
     try:
-        greenlets = [state.pool.spawn(_run_host, state, host, work) for host in hosts]
+        greenlets = [state.pool.spawn(tally.counted, _run_host, state, host, work) for host in hosts]
         gevent.joinall(greenlets)
         results = [g.get() for g in greenlets]
     finally:
         _disconnect(hosts)
     return FleetRun(hosts=results, seconds=time.monotonic() - started, parallel=int(config.PARALLEL),
                     connect_timeout=connect_timeout)
+
+
+class _Tally:
+    """Counts finished hosts for a progress callback."""
+
+    def __init__(self, total: int, progress: Progress | None, failed: Callable[[Any], bool]):
+        self.total, self.progress, self.failed = total, progress, failed
+        self.done = self.bad = 0
+
+    def counted(self, run_host: Callable[..., HostResult[Any]], *args: Any) -> HostResult[Any]:
+        """``run_host(*args)``, counted once it returns."""
+        result = run_host(*args)
+        if result.unreached is not None or self.failed(result.value):
+            self.bad += 1
+        else:
+            self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.bad, self.total)
+        return result
 
 
 def chosen_hosts(inventory: Inventory, limit: Iterable[str]) -> list[Any]:

@@ -1,6 +1,6 @@
 """``drift``: how every node differs from the cluster file, from one probe per node.
 
-    gpu-provision drift inventory.py [--json] [--parallel N] [--connect-timeout S] [--limit NODE ...]
+    gpu-provision drift [INVENTORY] [--cluster FILE] [--json] [--parallel N] [--connect-timeout S] [--limit NODE]...
 
 Parallelism and connect timeout come from the command line, else from pyinfra's ``config.py`` (as for
 ``pyinfra --dry``), else the connect timeout from the cluster file's ``ssh.connect_timeout``.
@@ -12,32 +12,24 @@ compared, or a bad cluster file), as with ``diff``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+
+from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``drift`` command."""
-    p = sub.add_parser(
-        "drift",
-        help="report how each node differs from the cluster file (exit 0 in sync, 1 drift, 2 error)",
-        description="Compare every node with the cluster file: package versions and holds, config files, "
-                    "services, MIG layout, device permissions, Kubernetes versions and labels. One remote command "
-                    "per node. Exit 0 in sync, 1 drift, 2 a node not checked or another error.",
-    )
-    p.add_argument("inventory", nargs="?", default="inventory.py", help="pyinfra inventory file (default: %(default)s)")
-    p.add_argument("--cluster", help="cluster file (sets GPU_PROVISION_CLUSTER for the inventory)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--config", default="config.py",
-                   help="pyinfra config file whose PARALLEL and CONNECT_TIMEOUT apply (default: %(default)s, if present)")
-    p.add_argument("--parallel", type=int, default=0,
-                   help="nodes checked at once (default: the config file's, else pyinfra's: 20 per CPU core)")
-    p.add_argument("--connect-timeout", type=float, default=None,
-                   help="seconds to wait for a node's SSH connection and login (default: the config file's, "
-                        "else the largest ssh.connect_timeout in the cluster file)")
-    p.add_argument("--command-timeout", type=float, default=None,
-                   help="seconds the probe may run on a node (default: 120)")
-    p.add_argument("--limit", nargs="+", default=(), metavar="NODE", help="check only these nodes")
+    p = add_command(
+        sub, "drift", "report how each node differs from the cluster file (exit 0 in sync, 1 drift, 2 error)",
+        "Compare every node with the cluster file: package versions and holds, config files (a diff of their "
+        "content, secrets hidden), services, MIG layout, device permissions, Kubernetes versions and labels. "
+        "One remote command per node; nothing is changed.",
+        ["gpu-provision drift --cluster site/cluster.yaml",
+         "gpu-provision drift --cluster site/cluster.yaml --limit gpu-01 --limit gpu-02 --json",
+         "gpu-provision drift inventory.py --stage driver --stage runtime"],
+        findings="a node differs from the cluster file", errors="a node not reached or not fully compared, "
+        "or a bad cluster file")
+    add_fleet_options(p, "seconds the probe may run on a node (default: 120)")
     p.add_argument("--stage", action="append", default=None, metavar="STAGE",
                    help="compare only this stage (repeatable; default: every stage)")
     p.set_defaults(handler=run)
@@ -56,16 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not os.path.exists(args.inventory):
         raise GpuProvisionError(f"{args.inventory}: no such inventory file")
-    if args.cluster:
-        os.environ["GPU_PROVISION_CLUSTER"] = args.cluster
+    use_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
     stages = load_stages(args.stage)
     _quiet_pyinfra()
-    report = check_fleet(load_inventory(args.inventory), stages, settings)
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print(report.render())
+    report = check_fleet(load_inventory(args.inventory), stages, settings, progress=progress())
+    emit(args, report.to_json(), report.render)
     return report.exit_status
 
 

@@ -19,7 +19,7 @@ from gpu_provision.drift.compare import node_differences, node_request, section_
 from gpu_provision.drift.report import FleetReport, NodeReport
 from gpu_provision.drift.stages import names_of
 from gpu_provision.facts.state import invalidate, node_state
-from gpu_provision.fleet import FleetSettings, HostResult, Reached, run_fleet
+from gpu_provision.fleet import FleetSettings, HostResult, Progress, Reached, run_fleet
 from gpu_provision.spec import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -86,10 +86,11 @@ def node_report(result: HostResult[NodeReport]) -> NodeReport:
 
 
 def check_fleet(inventory: Inventory, stages: Sequence[Any], settings: FleetSettings | None = None,
-                resolve: Resolver = cluster_resolver) -> FleetReport:
+                resolve: Resolver = cluster_resolver, progress: Progress | None = None) -> FleetReport:
     """Check every host of ``inventory`` (or those named in ``settings.limit``) against ``stages``.
 
-    Hosts run in parallel through the fleet runner; the report lists them in inventory order.
+    Hosts run in parallel through the fleet runner; the report lists them in inventory order. ``progress`` hears
+    how many nodes are done (a node not fully checked counts as failed) as they finish.
     """
 
     def connect_timeout_of(host: Any) -> float | None:
@@ -98,6 +99,7 @@ def check_fleet(inventory: Inventory, stages: Sequence[Any], settings: FleetSett
         except Exception:  # a host outside the cluster file is reported by check_host
             return None
 
-    run = run_fleet(inventory, lambda reached: check_host(reached, stages, resolve), settings, connect_timeout_of)
+    run = run_fleet(inventory, lambda reached: check_host(reached, stages, resolve), settings, connect_timeout_of,
+                    progress, failed=lambda report: report.status in ("not-checked", "error"))
     return FleetReport(nodes=[node_report(r) for r in run.hosts], stages=names_of(stages), seconds=run.seconds,
                        parallel=run.parallel, connect_timeout=run.connect_timeout)

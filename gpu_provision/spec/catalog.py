@@ -6,6 +6,7 @@ read by :mod:`gpu_provision.node.catalog` (the one reader) and typed here.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -58,15 +59,29 @@ def models() -> dict[str, GpuModel]:
     return {key: _typed(doc) for key, doc in files.load_models().items()}
 
 
+def spelling(name: str) -> str:
+    """The form model names are compared in: any case, without the ``NVIDIA``/``Tesla`` brand, with spaces,
+    underscores and hyphens alike (``"NVIDIA H100 80GB HBM3"`` -> ``"h100-80gb-hbm3"``, ``"h100_80gb"`` ->
+    ``"h100-80gb"``), so an operator can type a model as ``nvidia-smi`` prints it or as the catalog keys it."""
+    words = re.split(r"[\s_-]+", name.strip().lower())
+    if words and words[0] in ("nvidia", "tesla"):
+        words = words[1:]
+    return "-".join(w for w in words if w)
+
+
+@cache
+def _by_spelling() -> dict[str, GpuModel]:
+    out: dict[str, GpuModel] = {}
+    for m in models().values():
+        for name in (*m.product_names, m.key):
+            out[spelling(name)] = m
+    return out
+
+
 def model(key: str) -> GpuModel | None:
-    """The model with key ``key`` or with ``key`` among its product names (``"NVIDIA H200"``), else None."""
-    known = models()
-    if key in known:
-        return known[key]
-    for m in known.values():
-        if key in m.product_names:
-            return m
-    return None
+    """The model whose key or product name ``key`` spells, in any case and common spelling (``"h200"``,
+    ``"H200"``, ``"NVIDIA H200"``, ``"h100-80gb"``, ``"H100 80GB HBM3"``; see :func:`spelling`), else None."""
+    return models().get(key) or _by_spelling().get(spelling(key))
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from typing import Any
 from pyinfra.api import Inventory
 
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.fleet import FleetSettings, HostResult, Reached, load_inventory, run_fleet
+from gpu_provision.fleet import FleetSettings, HostResult, Progress, Reached, load_inventory, run_fleet
 from gpu_provision.verify.report import error_report, report_from_run
 
 
@@ -46,16 +46,19 @@ def host_report(result: HostResult[dict[str, Any] | None]) -> dict[str, Any] | N
 
 
 def run(inventory: str, settings: FleetSettings | None = None, expect_files: dict[str, str] | None = None,
-        report_dir: str | None = None, remote_dir: str | None = None) -> list[dict[str, Any]]:
+        report_dir: str | None = None, remote_dir: str | None = None,
+        progress: Progress | None = None) -> list[dict[str, Any]]:
     """Connect to the inventory's hosts, ship and run the agent on each, return their reports (sorted by node).
 
     A host that cannot be reached, or whose agent printed no report, gets an ``error`` report, so every GPU
     host of the run appears in the result; hosts the cluster file gives no GPUs are left out. ``settings``
-    default to the runner's without a command timeout: the agent bounds its own checks.
+    default to the runner's without a command timeout: the agent bounds its own checks. ``progress`` hears how
+    many hosts are done and failed (unreached, or a node that did not pass) as they finish.
     """
     loaded = load_inventory(inventory)
     use_expectations(loaded, expect_files or {}, inventory)
     fleet = run_fleet(loaded, lambda reached: verify_host(reached, remote_dir, report_dir),
-                      settings or FleetSettings(command_timeout=None))
+                      settings or FleetSettings(command_timeout=None), progress=progress,
+                      failed=lambda report: report is not None and report["status"] != "pass")
     reports = [r for r in map(host_report, fleet.hosts) if r is not None]
     return sorted(reports, key=lambda r: r["node"])

@@ -112,3 +112,11 @@ def row(report: dict[str, Any]) -> NodeRow:
 def fleet_ok(reports: list[dict[str, Any]]) -> bool:
     """True when every node passed (no failed check, no agent error)."""
     return bool(reports) and all(r["status"] == "pass" for r in reports)
+
+
+def fleet_status(reports: list[dict[str, Any]]) -> int:
+    """The command's exit status: 0 every node passed, 1 a check failed, 2 a node has no usable report (not
+    reached, or its agent failed), as ``drift`` counts a node it could not check."""
+    if any(r["status"] == "error" for r in reports):
+        return 2
+    return 0 if fleet_ok(reports) else 1

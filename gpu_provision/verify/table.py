@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from gpu_provision.verify.report import NodeRow, row
 
 HEADERS = ("NODE", "STATUS", "GPUS", "PASS", "FAIL", "SKIP", "TIME", "FIRST FAILURE")
+
+#: The width a table gets when the output is not a terminal (a file or a pipe keeps the whole reason).
+UNBOUNDED_WIDTH = 160
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns (``COLUMNS`` when set), or :data:`UNBOUNDED_WIDTH` off a terminal."""
+    return shutil.get_terminal_size((UNBOUNDED_WIDTH, 24)).columns
 
 
 def _gpus(r: NodeRow) -> str:
@@ -15,8 +24,9 @@ def _gpus(r: NodeRow) -> str:
     return f"{found}/{expected}"
 
 
-def format_table(reports: list[dict[str, Any]], width: int = 160) -> str:
-    """Render the reports as a table; GPUS is found/expected, the reason is cut to fit ``width``."""
+def format_table(reports: list[dict[str, Any]], width: int = UNBOUNDED_WIDTH) -> str:
+    """Render the reports as a table; GPUS is found/expected, the reason is cut so each line fits ``width``
+    (kept at 20 characters at least, so a very narrow terminal still sees what failed)."""
     rows = [row(r) for r in sorted(reports, key=lambda r: r["node"])]
     cells = [HEADERS] + [(r.node, r.status.upper(), _gpus(r), str(r.passed), str(r.failed), str(r.skipped),
                           f"{r.wall_s:.1f}s", r.first_failure or "-") for r in rows]

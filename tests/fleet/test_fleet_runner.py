@@ -126,7 +126,17 @@ def test_verify_command_takes_the_runner_settings_and_lists_an_unreachable_node(
     verify_command.register(parser.add_subparsers())
     args = parser.parse_args(["verify", str(inventory), "--connect-timeout", "2", "--command-timeout", "30",
                               "--config", str(tmp_path / "absent.py"), "--limit", "down-node"])
-    assert args.handler(args) == 1
+    # An unreachable node is an error (2), as drift says; a failed check would be a finding (1).
+    assert args.handler(args) == 2
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[:3] == ["down-node", "ERROR", "?/?"]
     assert "unreachable: Could not connect" in out[1]
+
+
+def test_progress_hears_every_host_with_done_failed_and_total(closed_port):
+    inventory = Inventory((["@local", down("down-a", closed_port)], {}))
+    heard: list[tuple[int, int, int]] = []
+    run_fleet(inventory, echo("hi"), FleetSettings(connect_timeout=2),
+              progress=lambda *counts: heard.append(counts), failed=lambda value: value != "hi")
+    assert sorted(heard) == [(0, 1, 2), (1, 1, 2)] or sorted(heard) == [(1, 0, 2), (1, 1, 2)]
+    assert heard[-1] == (1, 1, 2)

@@ -1,0 +1,161 @@
+"""The argument grammar every subcommand shares, so a flag means the same thing and is spelt the same everywhere.
+
+``--cluster FILE`` (else ``GPU_PROVISION_CLUSTER``, else ``./cluster.yaml``) names the cluster file, ``--limit NAME``
+repeats (``--limit a --limit b``, or ``--limit a,b``) and never takes a positional, ``--json`` puts only JSON on
+standard output, and exit statuses are :data:`EXIT_OK`, :data:`EXIT_FINDINGS` and :data:`EXIT_ERROR`. The output
+helpers (:func:`emit`, :func:`say`, :func:`progress`, :func:`gpu_lines`) keep every command's output alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from collections.abc import Callable, Iterable
+from typing import Any
+
+#: Everything asked for is as it should be.
+EXIT_OK = 0
+#: The command worked and found something: drift, a failed verification, a layout that does not fit.
+EXIT_FINDINGS = 1
+#: The command could not do its work: a usage error, a bad input file, an unreachable node.
+EXIT_ERROR = 2
+
+#: The variable the pyinfra inventory reads the cluster file's name from.
+CLUSTER_ENV = "GPU_PROVISION_CLUSTER"
+
+EXIT_STATUS_HELP = "exit status: 0 ok, 1 findings ({findings}), 2 error ({errors})"
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, summary: str, description: str,
+                examples: Iterable[str], findings: str = "none", errors: str = "bad arguments or input") -> Any:
+    """A subcommand parser with the description, examples and exit statuses every ``--help`` shows, and ``--json``.
+
+    ``summary`` is the one line in ``gpu-provision --help``; ``findings`` and ``errors`` say what exit statuses 1
+    and 2 mean for this command.
+    """
+    lines = ["examples:", *(f"  {e}" for e in examples), "",
+             EXIT_STATUS_HELP.format(findings=findings, errors=errors)]
+    parser = sub.add_parser(name, help=summary, description=textwrap.fill(description, 110),
+                            epilog="\n".join(lines), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true",
+                        help="print only JSON on standard output (errors too: {\"error\": {...}})")
+    return parser
+
+
+def add_cluster(parser: argparse.ArgumentParser, positional: bool = False) -> None:
+    """``--cluster FILE``; with ``positional``, the older ``COMMAND FILE`` spelling is accepted as the same."""
+    parser.add_argument("--cluster", metavar="FILE",
+                        help="cluster file (default: $GPU_PROVISION_CLUSTER, else ./cluster.yaml)")
+    if positional:
+        parser.add_argument("file", nargs="?", metavar="FILE", help="the cluster file, as --cluster FILE")
+
+
+def cluster_file(args: argparse.Namespace) -> str:
+    """The cluster file a command reads: ``--cluster``, the positional ``FILE``, the environment, ``./cluster.yaml``.
+
+    Naming two different files is a usage error rather than a silent choice.
+    """
+    from gpu_provision.errors import GpuProvisionError
+    from gpu_provision.spec import cluster_file_from_env
+
+    flag, positional = getattr(args, "cluster", None), getattr(args, "file", None)
+    if flag and positional and flag != positional:
+        raise GpuProvisionError(f"two cluster files named: --cluster {flag} and {positional}")
+    return str(flag or positional or cluster_file_from_env())
+
+
+def use_cluster(args: argparse.Namespace) -> None:
+    """Point the pyinfra inventory (``inventory.py`` reads ``GPU_PROVISION_CLUSTER``) at ``--cluster`` when given."""
+    if args.cluster:
+        os.environ[CLUSTER_ENV] = args.cluster
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected NAME or NAME,NAME..., got {text!r}")
+    return names
+
+
+class _Extend(argparse.Action):
+    """Appends each ``--limit`` value's names to one flat list."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
+
+
+def add_limit(parser: argparse.ArgumentParser, *aliases: str, what: str = "node") -> None:
+    """``--limit NAME`` (repeatable, or ``NAME,NAME``): one value per flag, so it never takes a positional.
+
+    ``aliases`` are older spellings of the same flag that keep working (``plan --node``).
+    """
+    parser.add_argument("--limit", *aliases, dest="limit", action=_Extend, type=_names, default=[], metavar="NAME",
+                        help=f"only this {what} (repeat the flag, or give NAME,NAME)")
+
+
+def add_fleet_options(p: argparse.ArgumentParser, command_timeout_help: str) -> None:
+    """The inventory and connection options ``drift`` and ``verify`` share (both run through the fleet runner)."""
+    p.add_argument("inventory", nargs="?", default="inventory.py", help="pyinfra inventory file (default: %(default)s)")
+    add_cluster(p)
+    add_limit(p)
+    p.add_argument("--config", default="config.py",
+                   help="pyinfra config file whose PARALLEL and CONNECT_TIMEOUT apply (default: %(default)s, if present)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="nodes handled at once (default: the config file's, else pyinfra's: 20 per CPU core)")
+    p.add_argument("--connect-timeout", type=float, default=None,
+                   help="seconds to wait for a node's SSH connection and login (default: the config file's, "
+                        "else the largest ssh.connect_timeout in the cluster file)")
+    p.add_argument("--command-timeout", type=float, default=None, help=command_timeout_help)
+
+
+def emit(args: argparse.Namespace, doc: Any, text: Callable[[], str] | str | None = None) -> None:
+    """Print ``doc`` as JSON under ``--json``, else ``text`` (a string, or a function making one) when given."""
+    import json
+
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif text is not None:
+        print(text() if callable(text) else text)
+
+
+def gpu_lines(per_gpu: dict[int, str]) -> list[str]:
+    """``GPU N: text`` lines with runs of GPUs that read the same collapsed: ``GPU 0-7: MIG disabled``."""
+    lines: list[str] = []
+    run: list[int] = []
+    for index in sorted(per_gpu):
+        if run and (index != run[-1] + 1 or per_gpu[index] != per_gpu[run[0]]):
+            lines.append(_gpu_run(run, per_gpu[run[0]]))
+            run = []
+        run.append(index)
+    if run:
+        lines.append(_gpu_run(run, per_gpu[run[0]]))
+    return lines
+
+
+def _gpu_run(indexes: list[int], text: str) -> str:
+    label = str(indexes[0]) if len(indexes) == 1 else f"{indexes[0]}-{indexes[-1]}"
+    return f"GPU {label}: {text}"
+
+
+def say(message: str) -> None:
+    """Human text that is not the command's result (what was written, progress): always standard error."""
+    print(message, file=sys.stderr)
+
+
+def progress(stream: Any = None) -> Callable[[int, int, int], None] | None:
+    """A fleet progress line (``3 done, 1 failed, 4 remaining``) rewritten in place on standard error, or None
+    when standard error is not a terminal (logs and pipes get the result only)."""
+    out = stream or sys.stderr
+    if not out.isatty():
+        return None
+
+    def show(done: int, failed: int, total: int) -> None:
+        end = "\n" if done + failed >= total else ""
+        out.write(f"\r{done} done, {failed} failed, {total - done - failed} remaining\033[K{end}")
+        out.flush()
+
+    return show
