@@ -1,10 +1,11 @@
 """pyinfra inventory: the hosts and groups of the cluster file.
 
-    pyinfra inventory.py deploys/gpu_node.py
-    GPU_PROVISION_CLUSTER=inventory/rig.yaml pyinfra inventory.py deploys/gpu_node.py
+    pyinfra inventory.py deploys/gpu_node.py                  # ./cluster.yaml
+    GPU_PROVISION_CLUSTER=site.yaml pyinfra inventory.py deploys/gpu_node.py
 
-The cluster file defaults to inventory/cluster.yaml. An invalid file stops here, before any connection, with one
-line per problem.
+The cluster file is the one GPU_PROVISION_CLUSTER names, else cluster.yaml in the current directory; without either
+this stops with a line saying how to name one. An invalid file stops here too, before any connection, with one line
+per problem.
 """
 
 import sys as _sys

@@ -42,14 +42,6 @@ from gpu_provision.spec.semantics import check
 from gpu_provision.spec.settings import default
 from gpu_provision.spec.yamlsafe import Path, format_path, load_yaml
 
-DEFAULT_CLUSTER_FILE = "inventory/cluster.yaml"
-CLUSTER_ENV = "GPU_PROVISION_CLUSTER"
-
-
-def cluster_file_from_env(default: str = DEFAULT_CLUSTER_FILE) -> str:
-    """The cluster file named by ``GPU_PROVISION_CLUSTER``, else ``inventory/cluster.yaml``."""
-    return os.environ.get(CLUSTER_ENV) or default
-
 
 def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
     # A mirror given in the file replaces the upstream repository key by key (its suite and components included).

@@ -196,7 +196,7 @@ def test_scrape_config_lists_every_gpu_node(example: Cluster) -> None:
     job = doc["scrape_configs"][0]
     assert job["job_name"] == "dcgm-exporter"
     assert [t["targets"] for t in job["static_configs"]] == [
-        ["10.20.0.21:9400"], ["10.20.0.31:9400"], ["10.20.0.41:9400"]]
+        ["192.0.2.21:9400"], ["192.0.2.31:9400"], ["192.0.2.41:9400"]]
 
 
 def test_monitoring_off_renders_nothing(make_cluster) -> None:

@@ -71,15 +71,15 @@ def test_kubeadm_api_version(version: str, api: str) -> None:
 
 
 def test_init_configuration(example: Cluster) -> None:
-    init, config, kubelet = kubeadm.init_configuration(example, example.node("cp-01"), "10.20.0.10")
+    init, config, kubelet = kubeadm.init_configuration(example, example.node("cp-01"), "192.0.2.10")
     assert init["apiVersion"] == config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     assert init["nodeRegistration"] == {
         "name": "cp-01", "criSocket": "unix:///run/containerd/containerd.sock",
         "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}
-    assert init["localAPIEndpoint"] == {"advertiseAddress": "10.20.0.10", "bindPort": 6443}
+    assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.10", "bindPort": 6443}
     assert config["kubernetesVersion"] == "v1.31.4"
     assert config["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
-    assert config["controlPlaneEndpoint"] == "10.20.0.10:6443"
+    assert config["controlPlaneEndpoint"] == "192.0.2.10:6443"
     assert config["imageRepository"] == "registry.k8s.io"
     assert kubelet["cgroupDriver"] == "systemd"
 
@@ -96,21 +96,21 @@ def test_init_configuration_of_the_variant(variant: Cluster) -> None:
 
 def test_advertise_address(example: Cluster) -> None:
     node = example.node("cp-01")
-    assert kubeadm.advertise_address(node, "10.77.0.11") == "10.20.0.10"
+    assert kubeadm.advertise_address(node, "10.77.0.11") == "192.0.2.10"
     from dataclasses import replace
     assert kubeadm.advertise_address(replace(node, address="127.0.10.1"), "10.77.0.11") == "10.77.0.11"
     assert kubeadm.advertise_address(replace(node, address="cp.example"), None) is None
 
 
 def test_join_configurations(example: Cluster) -> None:
-    worker = kubeadm.join_configuration(example, example.node("h200-01"), "10.20.0.10:6443",
+    worker = kubeadm.join_configuration(example, example.node("h200-01"), "192.0.2.10:6443",
                                         "abcdef.0123456789abcdef", "sha256:" + "0" * 64)
     assert worker["kind"] == "JoinConfiguration" and "controlPlane" not in worker
     assert worker["discovery"]["bootstrapToken"] == {
-        "apiServerEndpoint": "10.20.0.10:6443", "token": "abcdef.0123456789abcdef",
+        "apiServerEndpoint": "192.0.2.10:6443", "token": "abcdef.0123456789abcdef",
         "caCertHashes": ["sha256:" + "0" * 64]}
     assert worker["nodeRegistration"]["taints"] == []
-    control = kubeadm.join_configuration(example, example.node("cp-01"), "10.20.0.10:6443", "t", "h",
-                                         certificate_key="k" * 64, address="10.20.0.12")
+    control = kubeadm.join_configuration(example, example.node("cp-01"), "192.0.2.10:6443", "t", "h",
+                                         certificate_key="k" * 64, address="192.0.2.12")
     assert control["controlPlane"] == {"certificateKey": "k" * 64,
-                                       "localAPIEndpoint": {"advertiseAddress": "10.20.0.12", "bindPort": 6443}}
+                                       "localAPIEndpoint": {"advertiseAddress": "192.0.2.12", "bindPort": 6443}}
