@@ -1,5 +1,8 @@
-"""Verify GPU nodes: ``pyinfra inventory.py deploys/verify.py`` (or ``gpu-provision verify inventory.py``)."""
+"""Verify GPU nodes: ``pyinfra inventory.py deploys/verify.py`` (or ``gpu-provision verify inventory.py``).
 
-from gpu_provision.stages.verify import verify
+From the installed package: ``pyinfra inventory.py gpu_provision.deploys.verify``.
+"""
 
-verify(report_dir="reports/verify")
+from gpu_provision.deploys import verify
+
+verify()
