@@ -28,7 +28,7 @@ class SpecProblem:
 
 
 class SpecError(GpuProvisionError):
-    """A cluster file is invalid; carries every problem found, most specific first."""
+    """A cluster file is invalid; carries every problem found, in file order (line, then column)."""
 
     def __init__(self, problems: list[SpecProblem]):
         self.problems = problems

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path as FsPath
 from typing import Any, cast
 
-from gpu_provision.errors import GpuProvisionError, SpecError
+from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
 from gpu_provision.spec import catalog, migparted
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.model import (
@@ -37,10 +37,10 @@ from gpu_provision.spec.model import (
     Verify,
 )
 from gpu_provision.spec.resolve import derive, resolve_node
-from gpu_provision.spec.schema import validate
+from gpu_provision.spec.schema import in_file_order, validate
 from gpu_provision.spec.semantics import check
 from gpu_provision.spec.settings import default
-from gpu_provision.spec.yamlsafe import Path, format_path, load_yaml
+from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml
 
 
 def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
@@ -201,10 +201,24 @@ def _load_mig_parted(ctx: Context) -> None:
         ctx.mig_parted = doc
 
 
+def _not_mig_parted(document: Any, positions: Positions, filename: str) -> None:
+    """Refuse a mig-parted file given as the cluster file with one message saying where it belongs.
+
+    Its ``version: v1`` matches ours, so the schema alone would list every key as unknown without saying why.
+    """
+    if not isinstance(document, dict) or "mig-configs" not in document or "nodes" in document:
+        return
+    line, col = positions.of(("mig-configs",), key=True)
+    raise SpecError([SpecProblem(filename, line, col, format_path(()),
+                                 "this is a mig-parted file, not a cluster file: name it in the cluster file as "
+                                 "cluster.mig_parted_file and pick one of its configs with mig.config on a node "
+                                 "(see docs/cluster-file.md)")])
+
+
 def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     """Load, validate and resolve the cluster file at ``path``.
 
-    Raises :class:`SpecError` listing every problem (most specific first) or :class:`GpuProvisionError` when the
+    Raises :class:`SpecError` listing every problem (in file order) or :class:`GpuProvisionError` when the
     file cannot be read.
     """
     filename = str(path)
@@ -213,6 +227,7 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     except OSError as exc:
         raise GpuProvisionError(f"{filename}: cannot read cluster file: {exc.strerror}") from None
     document, positions = load_yaml(data, filename)
+    _not_mig_parted(document, positions, filename)
     problems = validate(document, positions, filename)
     if problems:
         raise SpecError(problems)
@@ -249,6 +264,5 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     )
     check(cluster, ctx)
     if ctx.problems:
-        ctx.problems.sort(key=lambda p: (-p.path.count(".") - p.path.count("["), p.line, p.column))
-        raise SpecError(ctx.problems)
+        raise SpecError(in_file_order(ctx.problems))
     return derive(cluster)

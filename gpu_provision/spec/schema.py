@@ -1,11 +1,13 @@
 """JSON Schema validation of a parsed cluster file, with messages a person can act on.
 
-Every error names the YAML path exactly as the user writes it and says what is allowed; they are sorted most
-specific (deepest path) first.
+Every error names the YAML path exactly as the user writes it, quotes the value as the file writes it and says what
+is allowed; errors come in file order. An unknown key names the closest allowed one, and a scalar YAML 1.1 reads as
+something other than the text written (``no``, ``012``, ``12.10``) says to quote it.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 from functools import cache
 from importlib import resources
@@ -14,7 +16,7 @@ from typing import Any
 import jsonschema
 
 from gpu_provision.errors import SpecProblem
-from gpu_provision.spec.yamlsafe import Positions, format_path
+from gpu_provision.spec.yamlsafe import Path, Positions, format_path
 
 
 @cache
@@ -26,61 +28,122 @@ def load_schema(name: str = "cluster.v1.schema.json") -> dict[str, Any]:
     return json.loads((resources.files("gpu_provision") / "schemas" / name).read_text(encoding="utf-8"))
 
 
-def _short(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+#: How YAML 1.1 reads an unquoted scalar that looks like something other than text, in a reader's words.
+_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "true/false"), (int, "a number"), (float, "a number"), (dict, "a mapping"), (list, "a list"),
+    (type(None), "null"), (str, "text"),
+)
+
+
+def _kind(value: Any) -> str:
+    return next((word for cls, word in _KINDS if isinstance(value, cls)), "a date")
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _message(error: jsonschema.ValidationError) -> tuple[tuple[str | int, ...], str, bool]:
-    """(path, message, located at the key rather than the value) for one schema error."""
-    path = tuple(error.absolute_path)
+def _shown(value: Any, path: Path, positions: Positions) -> str:
+    """``value`` as the file writes it: ``012``, ``"580"``, ``'latest'``; a mapping or list by its kind."""
+    written = positions.written(path)
+    if written is None:
+        return _kind(value) if isinstance(value, (dict, list)) else _clip(repr(value) if isinstance(value, str)
+                                                                         else json.dumps(value, default=str))
+    if positions.plain(path) and isinstance(value, str):
+        return f"'{_clip(written)}'"
+    return _clip(written) or "nothing"
+
+
+def _reading(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if value is None:
+        return "null (no value)"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    return f"the date {value}"
+
+
+def trap(written: str, value: Any) -> str:
+    """The message for a scalar YAML 1.1 read as something other than the text written (``no`` -> false)."""
+    return f"{written} is read by YAML as {_reading(value)}, not as text (quote it: '{written}')"
+
+
+def _unknown_keys(path: Path, schema: dict[str, Any], instance: dict[str, Any]) -> list[tuple[Path, str, bool]]:
+    """One problem per unknown key, naming the closest allowed key when one is close, else every allowed key."""
+    allowed = sorted(schema.get("properties", {}))
+    out = []
+    for key in (k for k in instance if k not in schema.get("properties", {})):
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.75)
+        hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
+        out.append(((*path, key), f"unknown key '{key}' ({hint})", True))
+    return out
+
+
+def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[tuple[Path, str, bool]]:
+    """(path, message, located at the key rather than the value) for each problem one schema error stands for."""
+    path: Path = tuple(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
     hint = f" (allowed: {schema['x-allowed']})" if schema.get("x-allowed") else ""
     v = error.validator
     value: Any = error.validator_value
     instance: Any = error.instance
+    shown = _shown(instance, path, positions)
     if "propertyNames" in error.schema_path:
-        return (*path, instance), f"{_short(instance)} is not allowed as a key here{hint}", True
+        return [((*path, instance), f"'{instance}' is not allowed as a key here{hint}", True)]
     if v == "additionalProperties":
-        allowed = sorted(schema.get("properties", {}))
-        extra = [k for k in instance if k not in schema.get("properties", {})]
-        key = extra[0] if extra else "?"
-        return (*path, key), f"unknown key '{key}' (allowed: {', '.join(allowed)})", True
+        return _unknown_keys(path, schema, instance)
     if v == "required":
         missing = error.message.split("'")[1] if "'" in error.message else error.message
-        return path, f"missing required key '{missing}'", False
+        return [(path, f"missing required key '{missing}'", False)]
     if v == "enum":
-        return path, f"{_short(error.instance)} is not allowed (allowed: {', '.join(map(str, value))})", False
+        return [(path, f"{shown} is not allowed (allowed: {', '.join(map(str, value))})", False)]
     if v == "const":
-        return path, f"{_short(error.instance)} is not allowed (allowed: {value})", False
+        return [(path, f"{shown} is not allowed (allowed: {value})", False)]
     if v == "type":
-        expected = value
-        expected = " or ".join(expected) if isinstance(expected, list) else expected
-        return path, f"expected {expected}, got {type(error.instance).__name__} {_short(error.instance)}{hint}", False
+        types = value if isinstance(value, list) else [value]
+        written = positions.written(path)
+        if "string" in types and not isinstance(instance, str) and written and positions.plain(path):
+            return [(path, trap(written, instance), False)]
+        got = "no value" if not written and instance is None else _kind(instance)
+        if written and not isinstance(instance, (dict, list)):
+            got += f" {shown}"
+        return [(path, f"expected {' or '.join(types)}, got {got}{hint}", False)]
     if v == "pattern":
-        return path, f"{_short(error.instance)} is not in the expected form{hint or f' (pattern: {value})'}", False
+        return [(path, f"{shown} is not in the expected form{hint or f' (pattern: {value})'}", False)]
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         word = "at least" if "inimum" in v else "at most"
-        return path, f"{_short(error.instance)} is out of range (allowed: {word} {value})", False
+        return [(path, f"{shown} is out of range (allowed: {word} {value})", False)]
     if v in ("minItems", "minLength"):
-        return path, f"must not be empty (allowed: {v} {value})", False
+        unit = "item" if v == "minItems" else "character"
+        return [(path, f"must not be empty (allowed: at least {value} {unit}{'s' * (value != 1)})", False)]
     if v in ("maxItems", "maxLength"):
-        return path, f"is too long (allowed: {v} {value})", False
-    return path, error.message, False
+        unit = "item" if v == "maxItems" else "character"
+        return [(path, f"is too long (allowed: at most {value} {unit}{'s' * (value != 1)})", False)]
+    return [(path, error.message, False)]
 
 
 def validate(document: Any, positions: Positions, filename: str) -> list[SpecProblem]:
-    """Every schema problem of ``document``, deepest first, each located in ``filename``."""
+    """Every schema problem of ``document`` in file order (line, then column), each located in ``filename``.
+
+    File order lets a reader fix a file top to bottom; problems at one place keep the order the schema gives them.
+    """
     validator = jsonschema.Draft202012Validator(load_schema())
-    problems: list[tuple[int, SpecProblem]] = []
+    problems: list[SpecProblem] = []
     seen: set[tuple[str, str]] = set()
     for error in validator.iter_errors(document):
-        path, message, at_key = _message(error)
-        line, col = positions.of(path, key=True) if at_key else positions.of(path)
-        key = (format_path(path), message)
-        if key in seen:
-            continue
-        seen.add(key)
-        problems.append((len(path), SpecProblem(filename, line, col, format_path(path), message)))
-    problems.sort(key=lambda item: (-item[0], item[1].line, item[1].column))
-    return [p for _, p in problems]
+        for path, message, at_key in _problems(error, positions):
+            line, col = positions.of(path, key=True) if at_key else positions.of(path)
+            key = (format_path(path), message)
+            if key in seen:
+                continue
+            seen.add(key)
+            problems.append(SpecProblem(filename, line, col, format_path(path), message))
+    return in_file_order(problems)
+
+
+def in_file_order(problems: list[SpecProblem]) -> list[SpecProblem]:
+    """``problems`` sorted by file, line and column; ties keep their order, so the output is the same each run."""
+    first = problems[0].file if problems else ""
+    return sorted(problems, key=lambda p: (p.file != first, p.file, p.line, p.column))

@@ -9,6 +9,7 @@ from valid settings (MIG placements, the device plugin's MIG strategy) are fille
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
@@ -17,7 +18,7 @@ from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.spec.resolve import mig_strategy_for
+from gpu_provision.spec.resolve import mig_strategy_for, origin
 
 
 def check(cluster: Cluster, ctx: Context) -> None:
@@ -30,7 +31,9 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _mig(ctx, index, node, model)
         _sharing(ctx, index, node)
         _vgpu(ctx, index, node, model)
+        _vgpu_driver(ctx, index, node)
         _permissions(ctx, index, node)
+        _yaml_numbers(ctx, index, node)
     _kubernetes(cluster, ctx)
 
 
@@ -95,7 +98,7 @@ def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -
     if not node.mig.layouts:
         if node.device_plugin.mig_strategy != "none":
             ctx.add_node(index, ("device_plugin", "mig_strategy"),
-                         f"mig_strategy {node.device_plugin.mig_strategy} needs a MIG layout (allowed: none)")
+                         f"device_plugin.mig_strategy {node.device_plugin.mig_strategy} needs a MIG layout (allowed: none)")
         return
     if model is None:
         if node.gpus.model is None:
@@ -123,10 +126,12 @@ def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -
     strategy = node.device_plugin.mig_strategy
     if strategy == "none" and _explicit(ctx, index, ("device_plugin", "mig_strategy")):
         ctx.add_node(index, ("device_plugin", "mig_strategy"),
-                     "mig_strategy none advertises no MIG devices on a node with MIG on (allowed: single, mixed)")
+                     "device_plugin.mig_strategy none advertises no MIG devices on a node with MIG on "
+                     "(allowed: single, mixed)")
     elif strategy == "single" and mig_strategy_for(node.mig.layouts) != "single":
         ctx.add_node(index, ("device_plugin", "mig_strategy"),
-                     "mig_strategy single needs every GPU to have the same layout of one profile (allowed: mixed)")
+                     "device_plugin.mig_strategy single needs every GPU to have the same layout of one profile "
+                     "(allowed: mixed)")
     if node.sharing.strategy == "mps":
         ctx.add_node(index, ("sharing", "strategy"), "MPS sharing cannot be combined with MIG "
                                                      "(allowed with MIG: none, time-slicing)")
@@ -162,15 +167,40 @@ def _vgpu(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) 
                                      f"(allowed: {', '.join(model.vgpu_types)})")
 
 
+def _vgpu_driver(ctx: Context, index: int, node: Node) -> None:
+    # vGPU types exist only under NVIDIA's vGPU Manager (host driver), sold through the NVIDIA Licensing Portal; the
+    # repositories' data-center driver creates no vGPU types, so the deploy can only check a driver installed already.
+    if not node.vgpu or node.driver.install_method == "preinstalled":
+        return
+    rel = ("driver", "install_method") if _explicit(ctx, index, ("driver", "install_method")) else ("vgpu",)
+    ctx.add_node(index, rel, f"a vGPU host needs NVIDIA's vGPU Manager, not the data-center driver that "
+                             f"driver.install_method: {node.driver.install_method} installs: install the vGPU Manager "
+                             "from the NVIDIA Licensing Portal and set driver.install_method: preinstalled "
+                             "(allowed: preinstalled)")
+
+
+def _yaml_numbers(ctx: Context, index: int, node: Node) -> None:
+    # These settings take a number too, so the schema cannot catch YAML 1.1 reading 12.10 as 12.1 or 0x244 as 580.
+    for rel, value in ((("driver", "branch"), node.driver.branch), (("driver", "cuda_min"), node.driver.cuda_min)):
+        path = origin(ctx.provenance.get(index, {}), index, rel)
+        written = ctx.positions.written(path)
+        if value is not None and written and ctx.positions.plain(path) and written != value:
+            ctx.add(path, f"{written} is read by YAML as the number {value}, not as text (quote it: '{written}')")
+
+
 def _permissions(ctx: Context, index: int, node: Node) -> None:
     mode = node.permissions.mode
     if int(mode, 8) > 0o777:
-        ctx.add_node(index, ("permissions", "mode"), f"mode {mode} is not a file mode (quote octal modes: '0660')")
+        path = origin(ctx.provenance.get(index, {}), index, ("permissions", "mode"))
+        written = ctx.positions.written(path) or mode
+        quoted = f"0{written}" if re.fullmatch("[0-7]{3}", written) else "0660"
+        ctx.add(path, f"{written} is not a file mode: YAML reads it as the decimal number {written}, octal {mode} "
+                      f"(quote it: '{quoted}')")
         return
     if node.permissions.group is None and not int(mode, 8) & 0o006 and (int(mode, 8) & 0o060):
         ctx.add_node(index, ("permissions", "mode"), f"mode {mode} grants a group but permissions.group is not set")
     if node.permissions.users and node.permissions.group is None:
-        ctx.add_node(index, ("permissions", "users"), "users are given but permissions.group is not set")
+        ctx.add_node(index, ("permissions", "users"), "permissions.users are given but permissions.group is not set")
 
 
 def _kubernetes(cluster: Cluster, ctx: Context) -> None:

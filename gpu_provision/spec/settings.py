@@ -167,8 +167,10 @@ _node_props = {
                           pattern=r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$"),
             "kernel_modules": _e("Kernel module flavour: open (Turing and newer), proprietary, or auto (open where "
                                  "the architecture supports it).", ["open", "proprietary", "auto"], default="auto"),
-            "install_method": _e("'package': install from the repository; 'preinstalled': a vendor image's driver, "
-                                 "checked but never changed.", ["package", "preinstalled"], default="package"),
+            "install_method": _e("'package': install NVIDIA's data-center driver from the repository; "
+                                 "'preinstalled': a driver already on the node (a vendor image's, or NVIDIA's vGPU "
+                                 "Manager), checked but never changed. A vGPU host (vgpu set) needs 'preinstalled'.",
+                                 ["package", "preinstalled"], default="package"),
             "reboot": _e("Whether the deploy may reboot the node when a driver or MIG change needs it.",
                          ["allowed", "never"], default="never"),
             "cuda_min": {"type": ["string", "number"], "description": "Minimum CUDA version the driver must support, "
@@ -221,7 +223,9 @@ _node_props = {
     ),
     "mig": _mig,
     "vgpu": _obj(
-        "vGPU host settings (SR-IOV GPUs with NVIDIA's vGPU host driver).",
+        "vGPU host settings (SR-IOV GPUs with NVIDIA's vGPU host driver). The vGPU Manager comes from the NVIDIA "
+        "Licensing Portal, not from a package repository: install it first and set driver.install_method: "
+        "preinstalled.",
         {
             "type": _s("vGPU type for every GPU's virtual functions, e.g. 'NVIDIA H200X-141C'."),
             "gpus": {"type": "object", "description": "vGPU type per GPU index.",

@@ -31,10 +31,26 @@ def format_path(path: Path) -> str:
 
 @dataclass
 class Positions:
-    """Where each value (and each mapping key) of a document stands: 1-based line and column."""
+    """Where each value (and each mapping key) of a document stands: 1-based line and column.
+
+    For each scalar it also keeps the text as written, so messages can quote ``012`` or ``no`` rather than the
+    ``10`` or ``False`` YAML 1.1 made of them.
+    """
 
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    #: Scalar text as it stands in the file (quotes included) and whether it was written plain (unquoted).
+    scalars: dict[Path, tuple[str, bool]] = field(default_factory=dict)
+
+    def written(self, path: Path) -> str | None:
+        """The scalar at ``path`` exactly as the file writes it, None for a mapping, a list or a missing path."""
+        found = self.scalars.get(tuple(path))
+        return found[0] if found else None
+
+    def plain(self, path: Path) -> bool:
+        """Whether the scalar at ``path`` was written without quotes, the form YAML 1.1 may read as a non-string."""
+        found = self.scalars.get(tuple(path))
+        return bool(found and found[1])
 
     def of(self, path: Path, *, key: bool = False) -> tuple[int, int]:
         """Position of ``path``, or of its nearest ancestor that has one."""
@@ -53,8 +69,11 @@ class Positions:
 
 
 class _Budget:
-    def __init__(self) -> None:
+    """Values converted so far, and the text they are read from (for quoting scalars as written)."""
+
+    def __init__(self, source: str) -> None:
         self.values = 0
+        self.source = source
 
 
 def load_yaml(text: str | bytes, filename: str) -> tuple[Any, Positions]:
@@ -95,7 +114,7 @@ def load_yaml(text: str | bytes, filename: str) -> tuple[Any, Positions]:
     positions = Positions()
     if root is None:
         return None, positions
-    value = _convert(root, (), loader, positions, _Budget(), filename, 0)
+    value = _convert(root, (), loader, positions, _Budget(text), filename, 0)
     return value, positions
 
 
@@ -116,6 +135,9 @@ def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Po
     positions.values.setdefault(path, here)
 
     if isinstance(node, yaml.ScalarNode):
+        if path not in positions.scalars:
+            written = budget.source[mark.index:node.end_mark.index]
+            positions.scalars[path] = (written.rstrip(), node.style is None)
         try:
             return loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:

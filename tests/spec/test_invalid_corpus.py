@@ -1,6 +1,7 @@
 """Every file in invalid/ is rejected with exit status 2, its expected message, path and line, and no traceback.
 
-Each file's first line is ``# expect: LINE PATH MESSAGE`` where LINE counts from the line after that header.
+Each file's first line is ``# expect: LINE PATH MESSAGE`` where LINE counts from the line after that header. A file
+with several problems reports them in file order (line, then column).
 """
 
 from __future__ import annotations
@@ -38,3 +39,5 @@ def test_invalid_file_is_rejected_with_its_message(path: Path, capsys: pytest.Ca
     assert matching, f"expected '{wanted}*: {yaml_path}: ...{message}...' in:\n{err}"
     for entry in lines:
         assert entry.startswith(f"{path}:"), f"every problem names the file and line: {entry}"
+    places = [tuple(int(n) for n in entry[len(f"{path}:"):].split(":", 2)[:2]) for entry in lines]
+    assert places == sorted(places), f"problems are reported in file order:\n{err}"
