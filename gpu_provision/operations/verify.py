@@ -1,21 +1,48 @@
-"""The verification agent run: an operation, because the agent starts containers and pods on the node.
+"""The verification agent run: an operation that checks and never counts as a change.
 
-Its report is the operation's output: once the operation has run, :func:`gpu_provision.verify.report.report_from_run`
-reads the report from its stdout, so the report travels back by value (to ``gpu-provision verify`` through the fleet
-runner, to the stage's judgement and fleet table under ``pyinfra``).
+The agent is a measurement, so a converged node must plan and run with no change at all (``--dry`` lists nothing,
+the results table shows "No Change"). The operation therefore yields no command for pyinfra to count: when the
+deploy executes, it runs the agent itself through the host's connector, with the operation's own connector arguments
+(``_sudo`` and the rest, so a non-root login still runs it as root), and keeps what the agent printed in an
+:class:`AgentRun` the caller holds. Only a node whose report is judged bad gets a command, one that fails the node
+(an error, not a change). The report travels back by value in that :class:`AgentRun`:
+:func:`gpu_provision.verify.report.report_from_run` reads it.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
 
-from pyinfra.api import operation
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpu_provision import bundle
+from gpu_provision.operations.commands import this_host
 
 #: What the command prints when no agent ran at all (it still succeeds, so the report says why).
 NOT_RUN = "verification agent did not run (is python3 installed?)"
+
+
+@dataclass
+class AgentRun:
+    """What one agent run printed, filled in when its operation executes (read it as pyinfra's ``OperationMeta``
+    is read: :meth:`is_complete`, :meth:`did_succeed`, ``stdout``, ``stderr_lines``)."""
+
+    complete: bool = False
+    succeeded: bool = False
+    stdout: str = ""
+    stderr_lines: list[str] = field(default_factory=list)
+
+    def is_complete(self) -> bool:
+        """Whether the agent command ran (an earlier failed operation keeps it from running)."""
+        return self.complete
+
+    def did_succeed(self) -> bool:
+        """Whether the command succeeded, i.e. printed a report or :data:`NOT_RUN` (see :func:`agent_command`)."""
+        return self.succeeded
 
 
 def agent_command(agent_path: str, expect_path: str) -> str:
@@ -29,20 +56,49 @@ def agent_command(agent_path: str, expect_path: str) -> str:
             + f" || test $? -le 2 || echo {shlex.quote(NOT_RUN)}")
 
 
+def run_agent(host: Any, command: str, ran: AgentRun) -> None:
+    """Run ``command`` on ``host`` with the executing operation's connector arguments and record it in ``ran``."""
+    global_arguments = host.state.get_op_data_for_host(host, host.executing_op_hash).global_arguments
+    connector_arguments = {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
+    try:
+        ok, output = host.run_shell_command(StringCommand(command), print_output=host.state.print_output,
+                                            print_input=host.state.print_input, **connector_arguments)
+    except (OSError, TimeoutError) as exc:  # a dropped connection or the command timeout: the report says which
+        ok, stdout, stderr = False, "", [f"{type(exc).__name__}: {exc}"]
+    else:
+        stdout, stderr = "\n".join(output.stdout_lines), list(output.stderr_lines)
+    ran.complete, ran.succeeded, ran.stdout, ran.stderr_lines = True, ok, stdout, stderr
+
+
+def _fail_node(state: Any, host: Any) -> bool:
+    """The one command a node with a bad report gets: it fails the node (judged and logged already)."""
+    return False
+
+
 @operation(is_idempotent=False)
-def agent_report(agent_path: str, expect_path: str) -> Generator[str, None, None]:
-    """Run the verification agent; the operation's stdout is the node's report (schema ``verify-report.v1``).
+def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
+                 judge: Callable[[Any, AgentRun], bool] | None = None) -> Generator[Any, None, None]:
+    """Run the verification agent as a check: the report lands in ``ran``; nothing counts as a change.
 
     + agent_path: the node bundle on the node
     + expect_path: the node's expectations file on the node
+    + ran: where the run's output is kept (schema ``verify-report.v1`` on stdout), read once the deploy executed
+    + judge: called with the host and ``ran`` after the run; when it returns False the node fails (None: never)
 
-    Always runs (a verification is a measurement, never "already done"). The operation succeeds whenever the agent
-    printed a report, failing checks included: judge the node by the report.
+    Runs on every execution (a verification is a measurement, never "already done") and never in a plan
+    (``--dry`` runs nothing on nodes). The agent runs with this operation's connector arguments (``_sudo``,
+    ``_timeout``, ...).
 
     .. code:: python
 
-        ran = verify.agent_report(agent_path="/usr/local/lib/gpu-provision/gpu-provision-node.pyz",
-                                  expect_path="/var/lib/gpu-provision/verify/expect.json")
+        ran = AgentRun()
+        verify.agent_report(name="Verification agent", agent_path="/usr/local/lib/gpu-provision/gpu-provision-node.pyz",
+                            expect_path="/var/lib/gpu-provision/verify/expect.json", ran=ran)
         # after execution: report_from_run(host.name, ran)
     """
-    yield agent_command(agent_path, expect_path)
+    host = this_host()
+    if host.executing_op_hash is None:  # planning: a check plans no change
+        return
+    run_agent(host, agent_command(agent_path, expect_path), ran)
+    if judge is not None and not judge(host, ran):
+        yield FunctionCommand(_fail_node, (), {})

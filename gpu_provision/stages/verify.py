@@ -1,8 +1,9 @@
 """``verify`` stage: ship the verification agent and its expectations, run it, judge the node by its report.
 
-Running the agent is an operation (:func:`gpu_provision.operations.verify.agent_report`); its report is that
-operation's output, read by value once it ran: by the ``Judge verification report`` callback that fails the node
-and by the fleet table under ``pyinfra``, and by :mod:`gpu_provision.verify.collect` under ``gpu-provision verify``.
+Running the agent is a check, not a change (:func:`gpu_provision.operations.verify.agent_report`): on a converged node
+this stage plans and runs with no change. The report is kept in the :class:`~gpu_provision.operations.verify.AgentRun`
+the stage returns, read by value once it ran: by the judgement that fails the node and by the fleet table under
+``pyinfra``, and by :mod:`gpu_provision.verify.collect` under ``gpu-provision verify``.
 """
 
 from __future__ import annotations
@@ -16,26 +17,26 @@ from typing import Any
 import pyinfra
 from pyinfra import host, state
 from pyinfra.api import deploy
-from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import BaseStateCallback
-from pyinfra.operations import files, python
+from pyinfra.operations import files
 
 from gpu_provision import bundle
 from gpu_provision.operations import verify as verification
+from gpu_provision.operations.verify import AgentRun
 from gpu_provision.verify.expect import expectations_for_host
 from gpu_provision.verify.report import report_from_run
-from gpu_provision.verify.table import format_table
+from gpu_provision.verify.table import format_table, terminal_width
 
 REMOTE_DIR = "/var/lib/gpu-provision/verify"
 
 
-def judge_report(state: Any, host: Any, ran: OperationMeta, report_dir: str | None = None) -> bool:
-    """Read the report the agent run printed; save it under ``report_dir``; log one line; fail the node when a
-    check failed or the agent gave no usable report."""
-    report = report_from_run(host.name, ran)
+def judge_report(target: Any, ran: AgentRun, report_dir: str | None = None) -> bool:
+    """Read the report the agent run printed; save it under ``report_dir``; log one line; True when the node
+    passed (no failed check, a usable report)."""
+    report = report_from_run(target.name, ran)
     if report_dir:
         os.makedirs(report_dir, exist_ok=True)
-        with open(os.path.join(report_dir, f"{host.name}.json"), "w", encoding="utf-8") as handle:
+        with open(os.path.join(report_dir, f"{target.name}.json"), "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=1)
     summary = report["summary"]
     first = next((c for c in report["checks"] if c["status"] == "fail"), None)
@@ -43,61 +44,69 @@ def judge_report(state: Any, host: Any, ran: OperationMeta, report_dir: str | No
             f"{summary['skip']} skipped in {report['wall_s']:.1f}s")
     if first or report.get("error"):
         line += f"; first failure: {first['id'] + ': ' + first['reason'] if first else report['error']}"
-    host.log_styled(line, fg="green" if report["status"] == "pass" else "red")
+    target.log_styled(line, fg="green" if report["status"] == "pass" else "red")
     return bool(report["status"] == "pass")
 
 
 class FleetTable(BaseStateCallback):
-    """Prints the fleet table once the last host has been judged (pyinfra CLI runs only; ``gpu-provision verify``
-    prints its own from the reports the fleet runner returns).
+    """Prints the fleet table once the last host's agent run is done (pyinfra CLI runs only; ``gpu-provision
+    verify`` prints its own from the reports the fleet runner returns).
 
     It prints from the per-host callbacks rather than at the operation's end, which pyinfra never reaches when
-    every node failed verification. The reports are read from the agent operation's result on each host.
+    every node failed verification. The reports are read from each host's :class:`AgentRun`.
     """
 
-    def __init__(self, ran_hash: str, judged_hash: str):
-        self.ran_hash = ran_hash
-        self.judged_hash = judged_hash
+    def __init__(self, op_hash: str):
+        self.op_hash = op_hash
+        self.runs: dict[str, AgentRun] = {}
         self.printed = False
 
     def operation_host_success(self, state: Any, host: Any, op_hash: str,  # type: ignore[override]
                                retry_count: int = 0) -> None:
-        """A host passed its judgement: print the table if it was the last one."""
+        """A host passed its verification: print the table if it was the last one."""
         self._judged(state, host, op_hash)
 
     def operation_host_error(self, state: Any, host: Any, op_hash: str,  # type: ignore[override]
                              retry_count: int = 0, max_retries: int = 0) -> None:
-        """A host failed its judgement: print the table if it was the last one."""
+        """A host failed its verification: print the table if it was the last one."""
         self._judged(state, host, op_hash)
 
     def _judged(self, state: Any, host: Any, op_hash: str) -> None:
-        if op_hash != self.judged_hash or self.printed:
+        if op_hash != self.op_hash or self.printed:
             return
-        judged = [h for h in state.inventory if self.judged_hash in state.ops.get(h, {})]
+        judged = [h for h in state.inventory if self.op_hash in state.ops.get(h, {})]
         if any(h is not host and h in state.active_hosts
-               and not state.ops[h][self.judged_hash].operation_meta.is_complete() for h in judged):
+               and not state.ops[h][self.op_hash].operation_meta.is_complete() for h in judged):
             return
         self.printed = True
-        runs = [(h.name, state.ops[h][self.ran_hash].operation_meta) for h in judged]
+        runs = [(h.name, self.runs[h.name]) for h in judged if h.name in self.runs]
         reports = [report_from_run(name, ran) for name, ran in runs if ran.is_complete()]
-        print("\n" + format_table(reports) + "\n", file=sys.stdout, flush=True)
+        print("\n" + format_table(reports, terminal_width()) + "\n", file=sys.stdout, flush=True)
 
 
-def _print_table_at_end(ran: OperationMeta, judged: OperationMeta) -> None:
-    if pyinfra.is_cli and not any(isinstance(h, FleetTable) for h in state.callback_handlers):
-        state.add_callback_handler(FleetTable(ran._hash, judged._hash))
+def _print_table_at_end(op_hash: str, ran: AgentRun) -> None:
+    if not pyinfra.is_cli:
+        return
+    table = next((h for h in state.callback_handlers if isinstance(h, FleetTable)), None)
+    if table is None:
+        table = FleetTable(op_hash)
+        state.add_callback_handler(table)
+    table.runs[host.name] = ran
 
 
 @deploy("Verify GPU node")
-def verify(remote_dir: str | None = None, report_dir: str | None = None) -> OperationMeta | None:
+def verify(remote_dir: str | None = None, report_dir: str | None = None,
+           fail_node: bool = True) -> AgentRun | None:
     """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
 
     + remote_dir: where the node bundle (the agent) and the expectations live on the node (default: host data
       ``gpu_provision_verify_dir``, else the bundle's one install location and ``/var/lib/gpu-provision/verify``)
     + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
+    + fail_node: fail the node when its report is not a pass (False: the caller judges by the report, as
+      ``gpu-provision verify`` does, so a failing node is a table row and not also a pyinfra error)
 
-    Returns the agent operation's result (None for a node without GPUs), whose report
-    :func:`gpu_provision.verify.report.report_from_run` reads once it ran.
+    Returns the agent run (None for a node without GPUs), whose report
+    :func:`gpu_provision.verify.report.report_from_run` reads once it ran. The agent run never counts as a change.
 
     Example (last stage of ``deploys/gpu_node.py``): ``verify(report_dir="reports/verify")``.
     """
@@ -113,7 +122,13 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None) -> Oper
     files.put(name="Verification agent", src=io.BytesIO(bundle.build()), dest=agent_path, mode="0755")
     files.put(name="Verification expectations", src=io.BytesIO(expectations.encode()),
               dest=expect_path, mode="0644")
-    ran = verification.agent_report(name="Run verification agent", agent_path=agent_path, expect_path=expect_path)
-    judged = python.call(name="Judge verification report", function=judge_report, ran=ran, report_dir=report_dir)
-    _print_table_at_end(ran, judged)
+    ran = AgentRun()
+
+    def judge(target: Any, run: AgentRun) -> bool:
+        passed = judge_report(target, run, report_dir)
+        return passed or not fail_node
+
+    op = verification.agent_report(name="Run verification agent", agent_path=agent_path, expect_path=expect_path,
+                                   ran=ran, judge=judge)
+    _print_table_at_end(op._hash, ran)
     return ran

@@ -1,7 +1,7 @@
 """``gpu-provision verify`` over SSH: the ``verify`` stage on every host through the fleet runner, one report each.
 
-Each reached host runs the stage's operations (uploads, the agent run, the judgement) and its report is read from
-the agent operation's result and returned by value. A host the runner could not reach gets an ``error`` report
+Each reached host runs the stage's operations (uploads, the agent run) and its report is read from the agent
+run the stage returns, by value. A host the runner could not reach gets an ``error`` report
 with the runner's reason, worded as ``gpu-provision drift`` words it.
 """
 
@@ -33,7 +33,8 @@ def verify_host(reached: Reached, remote_dir: str | None = None,
     GPUs."""
     from gpu_provision.stages.verify import verify
 
-    ran, _ = reached.apply(verify, remote_dir=remote_dir, report_dir=report_dir)
+    # The command judges the node by its report: a failing node is a row of the table, not a pyinfra error too.
+    ran, _ = reached.apply(verify, remote_dir=remote_dir, report_dir=report_dir, fail_node=False)
     return None if ran is None else report_from_run(reached.host.name, ran)
 
 

@@ -1,15 +1,18 @@
-"""The agent run operation: the command it sends, and the report read back from its result."""
+"""The agent run operation: the command it runs (with the operation's sudo), no change counted, and the report
+read back from its result."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 from pyinfra.api.operation import OperationMeta
 from pyinfra.connectors.util import CommandOutput, OutputLine
+from pyinfra.context import ctx_host
 
-from gpu_provision.operations.verify import NOT_RUN, agent_command, agent_report
+from gpu_provision.operations.verify import NOT_RUN, AgentRun, agent_command, agent_report
 from gpu_provision.verify.report import report_from_run, schema_problems
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
@@ -35,8 +38,69 @@ def test_command_quotes_paths_and_survives_failing_checks() -> None:
         assert done.returncode == 0 and done.stdout.strip() == printed
 
 
-def test_operation_runs_exactly_the_agent_command() -> None:
-    assert list(agent_report._inner("/opt/a.pyz", "/opt/e.json")) == [agent_command("/opt/a.pyz", "/opt/e.json")]
+class RecordingHost:
+    """A host for the operation's body: records the commands it is asked to run and their connector arguments."""
+
+    def __init__(self, executing: bool, stdout: str = "{}"):
+        self.executing_op_hash = "op" if executing else None
+        self.calls: list[tuple[str, dict]] = []
+        self.stdout = stdout
+        global_arguments = {"_sudo": True, "_sudo_user": "root", "_timeout": 30, "_if": [], "name": "x"}
+        self.state = SimpleNamespace(print_output=False, print_input=False,
+                                     get_op_data_for_host=lambda host, op_hash: SimpleNamespace(
+                                         global_arguments=global_arguments))
+
+    def run_shell_command(self, command, **kwargs):
+        self.calls.append((str(command), kwargs))
+        return True, CommandOutput([OutputLine("stdout", self.stdout)])
+
+
+def body(host: RecordingHost, judge=None) -> tuple[list, AgentRun]:
+    """Run the operation's generator on ``host``; what it yields and the run it filled."""
+    run = AgentRun()
+    with ctx_host.use(host):
+        return list(agent_report._inner("/opt/a.pyz", "/opt/e.json", run, judge)), run
+
+
+def test_operation_runs_exactly_the_agent_command_with_the_operations_sudo_and_yields_no_change() -> None:
+    planning = RecordingHost(executing=False)
+    assert body(planning) == ([], AgentRun()) and planning.calls == []
+    executing = RecordingHost(executing=True, stdout='{"status": "pass"}')
+    yielded, run = body(executing)
+    assert yielded == []
+    (command, kwargs), = executing.calls
+    assert command == agent_command("/opt/a.pyz", "/opt/e.json")
+    assert (kwargs["_sudo"], kwargs["_sudo_user"], kwargs["_timeout"]) == (True, "root", 30)
+    assert "_if" not in kwargs and "name" not in kwargs
+    assert (run.is_complete(), run.did_succeed(), run.stdout) == (True, True, '{"status": "pass"}')
+
+
+def test_a_node_judged_bad_gets_one_command_that_fails_it() -> None:
+    heard: list[AgentRun] = []
+    yielded, run = body(RecordingHost(executing=True), judge=lambda host, ran: heard.append(ran) or False)
+    (command,) = yielded
+    assert heard == [run] and command.execute(None, None, {}) is False
+    assert body(RecordingHost(executing=True), judge=lambda host, ran: True)[0] == []
+
+
+def test_a_converged_node_plans_and_runs_the_agent_with_no_change(tmp_path: Path) -> None:
+    """Through pyinfra's API on @local: no change in the plan, none in the results, the output kept."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operation import add_op
+    from pyinfra.api.operations import run_ops
+
+    agent = tmp_path / "agent.py"
+    agent.write_text('import json; print(json.dumps({"status": "pass"}))\n')
+    state = State(Inventory((["@local"], {})), Config(), check_for_changes=True)
+    connect_all(state)
+    run = AgentRun()
+    ops = add_op(state, agent_report, agent_path=str(agent), expect_path="/dev/null", ran=run)
+    (meta,) = ops.values()
+    assert meta._maybe_is_change is False and not run.is_complete()
+    run_ops(state)
+    assert meta.did_succeed() and not meta.did_change()
+    assert json.loads(run.stdout) == {"status": "pass"}
 
 
 def test_process_real_report_lines() -> None:
