@@ -71,6 +71,7 @@ def check_host(reached: Reached, stages: Sequence[Any], resolve: Resolver) -> No
         report.problems.append(f"probe failed: {exc}")
         return report
     report.differences = comparison.differences
+    report.diffs = comparison.diffs
     report.problems = section_problems(data, request) + comparison.problems
     return report
 

@@ -10,17 +10,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_provision.desired import Difference, differences, request_for
+from gpu_provision.desired import Difference, FileWant, differences, request_for
+from gpu_provision.drift.diff import file_diff
 from gpu_provision.drift.stages import extra_differences, stage_name
 from gpu_provision.spec import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
 
 def node_request(node: Node, cluster: Cluster, stages: Sequence[Any]) -> Request:
-    """Everything the probe must read to compare every stage on ``node`` (one remote command)."""
+    """Everything the probe must read to compare every stage on ``node`` (one remote command), with the text of
+    every file compared, so a file that differs is shown as a diff without asking the node again (the probe
+    returns text only for regular files of at most ``MAX_CONTENT`` bytes)."""
     request = Request()
     for stage in stages:
         request = request.merge(stage.request(node, cluster))
+    request.contents |= request.files
     return request
 
 
@@ -30,6 +34,8 @@ class Comparison:
 
     differences: list[Difference] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: A unified diff (secrets hidden) per file path whose content differs and can be shown as text.
+    diffs: dict[str, str] = field(default_factory=dict)
 
 
 def section_problems(state: NodeStateData, request: Request) -> list[str]:
@@ -57,11 +63,24 @@ def node_differences(node: Node, cluster: Cluster, state: NodeStateData, stages:
             needed = request_for(wants)
             if refetch is not None and not _answered(state, needed):
                 state = refetch(needed)
-            result.differences.extend(differences(wants, state, name))
+            found = differences(wants, state, name)
+            result.differences.extend(found)
+            result.diffs.update(_content_diffs(wants, found, state))
             result.differences.extend(extra_differences(stage, node, cluster, state))
         except Exception as exc:  # one broken stage must not hide the others' drift
             result.problems.append(f"stage {name}: {type(exc).__name__}: {exc}")
     return result
+
+
+def _content_diffs(wants: Sequence[Any], found: Sequence[Difference], state: NodeStateData) -> dict[str, str]:
+    differing = {d.item for d in found if d.kind == "file"}
+    out = {}
+    for want in wants:
+        if isinstance(want, FileWant) and want.path in differing:
+            text = file_diff(want, state.file(want.path))
+            if text:
+                out[want.path] = text
+    return out
 
 
 def _answered(state: NodeStateData, request: Request) -> bool:

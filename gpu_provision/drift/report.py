@@ -34,6 +34,8 @@ class NodeReport:
     address: str
     differences: list[Difference] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Unified diffs (secrets hidden) of differing files' content, by path.
+    diffs: dict[str, str] = field(default_factory=dict)
     checked: bool = True
     #: Remote commands this check ran on the node.
     commands: int = 0
@@ -56,13 +58,19 @@ class NodeReport:
             "status": self.status,
             "differences": [
                 {"stage": d.stage, "kind": d.kind, "item": d.item, "expected": _plain(d.expected),
-                 "actual": _plain(d.actual)}
+                 "actual": _plain(d.actual), **self.diff_of(d)}
                 for d in self.differences
             ],
             "problems": list(self.problems),
             "commands": self.commands,
             "seconds": round(self.seconds, 3),
         }
+
+
+    def diff_of(self, difference: Difference) -> dict[str, str]:
+        """``{"diff": ...}`` for a file whose content differs and can be shown, else nothing."""
+        text = self.diffs.get(difference.item) if difference.kind == "file" else None
+        return {"diff": text} if text else {}
 
 
 def _plain(value: Any) -> Any:
@@ -124,7 +132,8 @@ class FleetReport:
         }
 
     def render(self) -> str:
-        """The report as text: one block per node, differences as ``stage kind item: expected X, found Y``."""
+        """The report as text: one block per node, differences as ``stage kind item: expected X, found Y``, a
+        file's differing content as a unified diff under its line."""
         lines = []
         width = max((len(n.name) for n in self.nodes), default=4)
         for node in self.nodes:
@@ -137,6 +146,12 @@ class FleetReport:
             lines.append(f"{node.name:<{width}}  {head}  [{cost}]")
             for diff in node.differences:
                 where = f"{diff.stage}: " if diff.stage else ""
+                content = node.diff_of(diff).get("diff")
+                if content:
+                    what = "absent, expected" if diff.actual == "absent" else "content differs (- on the node, + expected)"
+                    lines.append(f"  {where}{diff.kind} {diff.item}: {what}:")
+                    lines.extend(f"      {line}" for line in content.splitlines())
+                    continue
                 lines.append(f"  {where}{diff.kind} {diff.item}: expected {_text(diff.expected)}, "
                              f"found {_text(diff.actual)}")
             lines.extend(f"  problem: {p}" for p in node.problems)

@@ -112,9 +112,32 @@ def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWan
     if not commands:
         host.noop("files already as wanted: " + ", ".join(w.path for w in wanted))
         return
-    record_changed(host, content_changes(wanted, state))
+    changing = content_changes(wanted, state)
+    config = getattr(host.state, "config", None)  # a state without one (a test's) asks for no diff
+    if config is not None and config.DIFF and not host.state.is_executing:
+        show_diffs(host, [w for w in wanted if w.path in changing], request or Request())
+    record_changed(host, changing)
     mark_changed(host)
     yield from commands
+
+
+def show_diffs(target: Any, changing: Sequence[FileWant], request: Request) -> None:
+    """Log, as ``pyinfra --diff`` does for its own file operations, a unified diff (secrets hidden) of each file
+    whose content will change: ``Will create``/``Will modify PATH`` and the diff from the node's text to the
+    wanted text. The node's text is read in the phase's one probe when it can be (a file over the probe's size
+    limit, or a binary one, shows no diff)."""
+    from pyinfra import logger
+
+    from gpu_provision.drift.diff import file_diff
+
+    if not changing:
+        return
+    state = current_state(target, request.merge(Request(contents={w.path for w in changing})))
+    for want in changing:
+        current = state.file(want.path)
+        target.log(f"{'Will modify' if current.exists else 'Will create'} {want.path}", logger.info)
+        for line in (file_diff(want, current) or "(no text to compare)").splitlines():
+            logger.info("  %s", line)
 
 
 @operation()
