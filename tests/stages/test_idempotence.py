@@ -50,6 +50,9 @@ def _after_deploy(name: str, os_key: str, containerd: str) -> dict[str, Any]:
                             '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
                             '  runtime_type = "io.containerd.runc.v2"\n')
         raw["runtime"].update(cdi_spec_mtime=2000, driver_installed_at=1000)
+    if node.driver.install_method == "preinstalled":
+        # The image's driver (a vGPU host's vGPU Manager) was there before the deploy: nvidia-smi answers.
+        raw["gpu"].update(smi_rc=0, gpus=[{"driver_version": f"{node.driver.pinned_branch}.105.08"}] * node.gpus.count)
     return raw
 
 
@@ -82,7 +85,8 @@ def test_converged_node_gets_no_commands(name: str, os_key: str, containerd: str
         assert run_op(op, host, args) == [], op
     state = NodeStateData(raw)
     if node.has_gpus:
-        if driver.uses_repository(state):
+        # The driver stage sets up the CUDA repository only for a driver it installs.
+        if driver.managed(node) and driver.uses_repository(state):
             host = FakeHost(raw)
             assert run_op(repos.apt_repository, host, "cuda", CLUSTER.mirrors.cuda,
                           driver.repository_pins(node, state)) == []
