@@ -82,8 +82,8 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
     def one(settings: dict[str, Any], rel: Path) -> dict[int, MigLayout] | MigLayout | None:
         if "config" in settings:
             if ctx.mig_parted is None:
-                ctx.add_node(index, (*rel, "config"), "mig.config names a mig-parted config, but cluster.mig_parted_file "
-                                                      "is not set")
+                ctx.add_node(index, (*rel, "config"), f"{format_path(rel)[2:]}.config names a mig-parted config, but "
+                                                      "cluster.mig_parted_file is not set")
                 return None
             configs = ctx.mig_parted.get("mig-configs", {})
             if settings["config"] not in configs:
@@ -109,7 +109,8 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
     for key, settings in (mig.get("gpus") or {}).items():
         gpu = int(key)
         if "layout" in settings and "config" in settings:
-            ctx.add_node(index, ("mig", "gpus", key, "config"), "give either layout or config, not both")
+            ctx.add_node(index, ("mig", "gpus", key, "config"),
+                         f"give either mig.gpus.{key}.layout or mig.gpus.{key}.config, not both")
         if gpu >= count:
             ctx.add_node(index, ("mig", "gpus", key), f"GPU index {gpu} does not exist: the node has {count} GPU(s) "
                                                       f"(allowed: 0..{max(count - 1, 0)})")

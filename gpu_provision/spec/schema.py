@@ -90,6 +90,13 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
     value: Any = error.validator_value
     instance: Any = error.instance
     shown = _shown(instance, path, positions)
+    written = positions.written(path)
+    declared = schema.get("type")
+    types: list[Any] = declared if isinstance(declared, list) else [declared]
+    if "string" in types and written and positions.plain(path) and not isinstance(instance, (str, dict, list)) \
+            and (v == "type" or written != json.dumps(instance, default=str)):
+        # Text the file meant, read by YAML 1.1 as a number, boolean, null or date: 012 -> 10, no -> false.
+        return [(path, trap(written, instance), False)]
     if "propertyNames" in error.schema_path:
         return [((*path, instance), f"'{instance}' is not allowed as a key here{hint}", True)]
     if v == "additionalProperties":
@@ -102,14 +109,10 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
     if v == "const":
         return [(path, f"{shown} is not allowed (allowed: {value})", False)]
     if v == "type":
-        types = value if isinstance(value, list) else [value]
-        written = positions.written(path)
-        if "string" in types and not isinstance(instance, str) and written and positions.plain(path):
-            return [(path, trap(written, instance), False)]
         got = "no value" if not written and instance is None else _kind(instance)
         if written and not isinstance(instance, (dict, list)):
             got += f" {shown}"
-        return [(path, f"expected {' or '.join(types)}, got {got}{hint}", False)]
+        return [(path, f"expected {' or '.join(value) if isinstance(value, list) else value}, got {got}{hint}", False)]
     if v == "pattern":
         return [(path, f"{shown} is not in the expected form{hint or f' (pattern: {value})'}", False)]
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):

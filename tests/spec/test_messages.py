@@ -117,6 +117,13 @@ def test_numbers_a_setting_accepts_are_refused_when_yaml_changes_them(tmp_path: 
                                         f"YAML as the number {value}, not as text (quote it: '{written}')"]
 
 
+def test_a_number_out_of_range_because_yaml_read_it_as_octal_says_quote_it(tmp_path: Path) -> None:
+    text = HEAD + "nodes:\n  - name: n1\n    address: 10.0.0.1\n    driver: {branch: 012}\n    toolkit: {cdi: 1}\n"
+    assert problems(tmp_path, text) == [
+        "8:22: $.nodes[0].driver.branch: 012 is read by YAML as the number 10, not as text (quote it: '012')",
+        "9:20: $.nodes[0].toolkit.cdi: expected boolean, got a number 1"]
+
+
 def test_numbers_yaml_keeps_as_written_are_accepted(tmp_path: Path) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(HEAD + "nodes:\n  - name: n1\n    address: 10.0.0.1\n"
@@ -144,6 +151,15 @@ def test_type_errors_name_what_yaml_read(tmp_path: Path) -> None:
         "5:47: $.cluster.ssh.strict_host_key_checking: expected boolean, got text 'maybe'",
         "5:59: $.cluster.ssh.user: expected string, got no value",
     ]
+
+
+def test_messages_name_settings_as_the_file_writes_them(tmp_path: Path) -> None:
+    text = HEAD + ("nodes:\n  - name: n1\n    address: 10.0.0.1\n    gpus: {model: H200, count: 1}\n"
+                   "    mig:\n      gpus:\n        '0': {layout: {7g.141gb: 1}, config: all-7g}\n")
+    assert problems(tmp_path, text) == [
+        "11:46: $.nodes[0].mig.gpus.0.config: give either mig.gpus.0.layout or mig.gpus.0.config, not both",
+        "11:46: $.nodes[0].mig.gpus.0.config: mig.gpus.0.config names a mig-parted config, but "
+        "cluster.mig_parted_file is not set"]
 
 
 def test_a_mig_parted_file_given_as_the_cluster_file_is_named_so(tmp_path: Path) -> None:
