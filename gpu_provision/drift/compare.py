@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_provision.desired import Difference, FileWant, differences, request_for
-from gpu_provision.drift.diff import file_diff
+from gpu_provision.diff import file_diff
 from gpu_provision.drift.stages import extra_differences, stage_name
 from gpu_provision.spec import Cluster, Node
 from gpu_provision.state import NodeStateData, Request

@@ -15,6 +15,7 @@ from typing import Any
 from pyinfra.api import FileUploadCommand, operation
 
 from gpu_provision.desired import FileWant, request_for
+from gpu_provision.diff import file_diff
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.state import FileState, NodeStateData, Request
 
@@ -127,8 +128,6 @@ def show_diffs(target: Any, changing: Sequence[FileWant], request: Request) -> N
     wanted text. The node's text is read in the phase's one probe when it can be (a file over the probe's size
     limit, or a binary one, shows no diff)."""
     from pyinfra import logger
-
-    from gpu_provision.drift.diff import file_diff
 
     if not changing:
         return

@@ -9,7 +9,7 @@ from test_compare import CLUSTER, NODE
 
 from gpu_provision.desired import FileWant, sha256
 from gpu_provision.drift import FleetReport, NodeReport, node_differences, node_request
-from gpu_provision.drift.diff import file_diff, redact
+from gpu_provision.diff import file_diff, redact
 from gpu_provision.drift.schema import REPORT_SCHEMA
 from gpu_provision.state import FileState, NodeStateData
 
