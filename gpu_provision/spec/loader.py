@@ -265,5 +265,5 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     )
     check(cluster, ctx)
     if ctx.problems:
-        raise SpecError(in_file_order(ctx.problems))
+        raise SpecError(in_file_order(ctx.problems, filename))
     return derive(cluster)

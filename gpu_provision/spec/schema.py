@@ -28,7 +28,7 @@ def load_schema(name: str = "cluster.v1.schema.json") -> dict[str, Any]:
     return json.loads((resources.files("gpu_provision") / "schemas" / name).read_text(encoding="utf-8"))
 
 
-#: How YAML 1.1 reads an unquoted scalar that looks like something other than text, in a reader's words.
+#: What kind of value a message says it got, in a YAML reader's words rather than Python's type names.
 _KINDS: tuple[tuple[type, str], ...] = (
     (bool, "true/false"), (int, "a number"), (float, "a number"), (dict, "a mapping"), (list, "a list"),
     (type(None), "null"), (str, "text"),
@@ -65,9 +65,9 @@ def _reading(value: Any) -> str:
     return f"the date {value}"
 
 
-def trap(written: str, value: Any) -> str:
-    """The message for a scalar YAML 1.1 read as something other than the text written (``no`` -> false)."""
-    return f"{written} is read by YAML as {_reading(value)}, not as text (quote it: '{written}')"
+def trap(written: str, reading: str) -> str:
+    """The message for a scalar YAML 1.1 read as something other than the text written (``no``: the boolean false)."""
+    return f"{written} is read by YAML as {reading}, not as text (quote it: '{written}')"
 
 
 def _unknown_keys(path: Path, schema: dict[str, Any], instance: dict[str, Any]) -> list[tuple[Path, str, bool]]:
@@ -96,7 +96,7 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
     if "string" in types and written and positions.plain(path) and not isinstance(instance, (str, dict, list)) \
             and (v == "type" or written != json.dumps(instance, default=str)):
         # Text the file meant, read by YAML 1.1 as a number, boolean, null or date: 012 -> 10, no -> false.
-        return [(path, trap(written, instance), False)]
+        return [(path, trap(written, _reading(instance)), False)]
     if "propertyNames" in error.schema_path:
         return [((*path, instance), f"'{instance}' is not allowed as a key here{hint}", True)]
     if v == "additionalProperties":
@@ -143,10 +143,12 @@ def validate(document: Any, positions: Positions, filename: str) -> list[SpecPro
                 continue
             seen.add(key)
             problems.append(SpecProblem(filename, line, col, format_path(path), message))
-    return in_file_order(problems)
+    return in_file_order(problems, filename)
 
 
-def in_file_order(problems: list[SpecProblem]) -> list[SpecProblem]:
-    """``problems`` sorted by file, line and column; ties keep their order, so the output is the same each run."""
-    first = problems[0].file if problems else ""
-    return sorted(problems, key=lambda p: (p.file != first, p.file, p.line, p.column))
+def in_file_order(problems: list[SpecProblem], filename: str) -> list[SpecProblem]:
+    """``problems`` by line and column, those in ``filename`` before those in files it names (a mig-parted file).
+
+    Ties keep their order, so one file gives the same output on every run.
+    """
+    return sorted(problems, key=lambda p: (p.file != filename, p.file, p.line, p.column))

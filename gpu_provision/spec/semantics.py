@@ -19,6 +19,7 @@ from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.resolve import mig_strategy_for, origin
+from gpu_provision.spec.schema import trap
 
 
 def check(cluster: Cluster, ctx: Context) -> None:
@@ -185,7 +186,7 @@ def _yaml_numbers(ctx: Context, index: int, node: Node) -> None:
         path = origin(ctx.provenance.get(index, {}), index, rel)
         written = ctx.positions.written(path)
         if value is not None and written and ctx.positions.plain(path) and written != value:
-            ctx.add(path, f"{written} is read by YAML as the number {value}, not as text (quote it: '{written}')")
+            ctx.add(path, trap(written, f"the number {value}"))
 
 
 def _permissions(ctx: Context, index: int, node: Node) -> None:

@@ -52,6 +52,17 @@ def test_checks_of_meaning_come_in_file_order(tmp_path: Path) -> None:
     assert [p.split(": ")[1] for p in found] == ["$.nodes[0].group", "$.nodes[0].sharing.strategy"]
 
 
+def test_problems_in_the_cluster_file_come_before_those_in_a_file_it_names(tmp_path: Path) -> None:
+    (tmp_path / "mig.yaml").write_text("version: v1\nmig-configs: [\n")
+    text = HEAD.replace("  kubernetes", "  mig_parted_file: mig.yaml\n  kubernetes") + \
+        "nodes:\n  - name: n1\n    address: 10.0.0.1\n    group: missing\n"
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as caught:
+        load_cluster(path)
+    assert [(p.file, p.line) for p in caught.value.problems] == [(str(path), 9), (str(tmp_path / "mig.yaml"), 3)]
+
+
 def test_problems_at_one_place_keep_one_stable_order(tmp_path: Path) -> None:
     text = HEAD + "nodes:\n  - {name: n1, address: 10.0.0.1, colour: blue, size: 2}\n"
     first = problems(tmp_path, text)
