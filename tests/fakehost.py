@@ -11,6 +11,8 @@ from typing import Any
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
+from gpu_provision.operations.atomic import AtomicWrite
+
 
 class FakeHost:
     """Answers the NodeState fact with ``raw``; records noops, logs and the shell commands run in callbacks."""
@@ -48,9 +50,12 @@ class FakeHost:
 
 
 def render(command: Any) -> Any:
-    """A yielded command as data: a string, ``["upload", text, dest]`` or ``["call", function name]``."""
+    """A yielded command as data: a string, ``["write", text, dest, "owner:group", mode]`` (an atomic write), ``["upload", text, dest]``
+    or ``["call", function name]``."""
     if isinstance(command, str):
         return command.strip()
+    if isinstance(command, AtomicWrite):
+        return ["write", command.text, command.dest, f"{command.owner}:{command.group}", command.mode]
     if isinstance(command, StringCommand):
         return command.get_raw_value()
     if isinstance(command, FileUploadCommand):

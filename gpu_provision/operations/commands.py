@@ -17,6 +17,7 @@ from pyinfra.context import ctx_host
 from pyinfra.operations import server
 
 from gpu_provision.facts.state import invalidate, node_state
+from gpu_provision.operations import atomic
 from gpu_provision.state import NodeStateData, Request
 
 #: Written when a node needs a reboot it may not take by itself (gone after the reboot: /var/run is a tmpfs).
@@ -119,7 +120,8 @@ def reboot_when(needed: Callable[[NodeStateData], str | None], request: Request,
     + allowed: the node's ``driver.reboot == "allowed"``
     + marker: file that records a pending reboot when rebooting is not allowed (``/var/run`` is empty after boot)
 
-    Without permission the host gets a warning and the marker file holds the reason; the marker is written once,
+    Without permission the host gets a warning and the marker file holds the reason (written atomically, so the
+    reason is whole or absent); the marker is written once,
     so a node that waits for its reboot shows no change on later runs.
 
     .. code:: python
@@ -143,4 +145,5 @@ def reboot_when(needed: Callable[[NodeStateData], str | None], request: Request,
         target.noop(f"reboot already flagged in {marker}")
         return
     mark_changed(target)
-    yield f"mkdir -p {shlex.quote(posixpath.dirname(marker))} && printf %s {shlex.quote(line)} > {shlex.quote(marker)}"
+    yield f"mkdir -p {shlex.quote(posixpath.dirname(marker))}"
+    yield atomic.write(marker, line)

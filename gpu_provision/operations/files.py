@@ -9,13 +9,13 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from io import BytesIO, StringIO
 from typing import Any
 
-from pyinfra.api import FileUploadCommand, operation
+from pyinfra.api import operation
 
 from gpu_provision.desired import FileWant, request_for
 from gpu_provision.diff import file_diff
+from gpu_provision.operations import atomic
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.state import FileState, NodeStateData, Request
 
@@ -50,10 +50,11 @@ def _content_matches(want: FileWant, current: FileState) -> bool:
     return want.satisfied_by(current)
 
 
-def plan(want: FileWant, current: FileState, temp_name: Callable[[str], str]) -> list[Any]:
+def plan(want: FileWant, current: FileState) -> list[Any]:
     """Commands that bring one file from ``current`` to ``want`` (empty when it is already there).
 
-    ``temp_name`` gives the remote temporary file for an upload (pyinfra's ``host.get_temp_filename``).
+    New content is written atomically (:mod:`gpu_provision.operations.atomic`) with its owner, group and mode; a
+    file whose content already matches only gets its owner or mode fixed.
     """
     commands: list[Any] = []
     quoted = shlex.quote(want.path)
@@ -63,11 +64,7 @@ def plan(want: FileWant, current: FileState, temp_name: Callable[[str], str]) ->
         commands.append(f"mkdir -p {shlex.quote(parent)}")
         if current.exists and want.backup:
             commands.append(f"cp -a {quoted} {shlex.quote(want.path + BACKUP_SUFFIX)}")
-        source = BytesIO(text) if isinstance(text, bytes) else StringIO(text)
-        commands.append(FileUploadCommand(source, want.path, remote_temp_filename=temp_name(want.path)))
-        # An upload creates the file with the connecting user's owner and umask: set both every time.
-        commands.append(f"chown {want.owner}:{want.group} {quoted}")
-        commands.append(f"chmod {want.mode} {quoted}")
+        commands.append(atomic.write(want.path, text, want.mode, want.owner, want.group))
         return commands
     if current.owner != want.owner or current.group != want.group:
         commands.append(f"chown {want.owner}:{want.group} {quoted}")
@@ -89,7 +86,9 @@ def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWan
       content that depends on an earlier operation, such as a group's numeric id)
     + request: what that function reads from the probe (with a list, derived from the wants)
 
-    An existing file whose content differs is copied to ``PATH.gpu-provision.bak`` first (``backup=True``). JSON
+    Content is written atomically: a temporary file in the same directory, with its final mode and owner, synced,
+    then renamed over the file. An existing file whose content differs is copied to ``PATH.gpu-provision.bak``
+    first (``backup=True``). JSON
     merges keep every key the file already has that the want does not set. Paths whose content changes are recorded
     for :func:`changed_paths` (service restarts, initramfs rebuilds).
 
@@ -109,7 +108,7 @@ def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWan
         state = current_state(host, request_for(list(wanted)).merge(request or Request()))
     commands: list[Any] = []
     for want in wanted:
-        commands.extend(plan(want, state.file(want.path), host.get_temp_filename))
+        commands.extend(plan(want, state.file(want.path)))
     if not commands:
         host.noop("files already as wanted: " + ", ".join(w.path for w in wanted))
         return

@@ -18,18 +18,24 @@ from gpu_provision.state import NodeStateData, Request
 KEYRING_DIR = "/etc/apt/keyrings"
 PROXY_FILE = "/etc/apt/apt.conf.d/90gpu-provision-proxy"
 
-# Runs on the node with its own python3 (the probe needs it anyway): no curl, wget or gnupg required.
+# Runs on the node with its own python3 (the probe needs it anyway): no curl, wget or gnupg required. The keyring is
+# written atomically: a mkstemp file beside it, synced, then renamed.
 _FETCH_KEY = (
-    "import base64,os,sys,urllib.request\n"
+    "import base64,os,sys,tempfile,urllib.request\n"
     "data=urllib.request.urlopen(sys.argv[1],timeout=60).read()\n"
     "if data.lstrip().startswith(b'-----BEGIN PGP'):\n"
     "    lines=data.decode().strip().splitlines()\n"
     "    body=lines[lines.index('')+1:]\n"
     "    data=base64.b64decode(''.join(l for l in body if not l.startswith(('=','-----'))))\n"
-    "os.makedirs(os.path.dirname(sys.argv[2]),exist_ok=True)\n"
-    "open(sys.argv[2]+'.tmp','wb').write(data)\n"
-    "os.chmod(sys.argv[2]+'.tmp',0o644)\n"
-    "os.replace(sys.argv[2]+'.tmp',sys.argv[2])\n"
+    "d,name=os.path.split(sys.argv[2])\n"
+    "os.makedirs(d,exist_ok=True)\n"
+    "fd,tmp=tempfile.mkstemp(dir=d,prefix='.'+name+'.')\n"
+    "try:\n"
+    "    with os.fdopen(fd,'wb') as f:\n"
+    "        f.write(data);f.flush();os.fchmod(f.fileno(),0o644);os.fsync(f.fileno())\n"
+    "    os.replace(tmp,sys.argv[2])\n"
+    "except BaseException:\n"
+    "    os.unlink(tmp);raise\n"
 )
 
 
@@ -180,7 +186,7 @@ def apt_repository(repo_id: str, repo: Repository, pins: Sequence[Pin] = (), pro
         commands.append(key_command(repo_id, repo, placeholders(state.system, k8s_minor)))
         changed.add(keyring_path(repo_id))
     for want in wanted:
-        commands.extend(plan(want, state.file(want.path), host.get_temp_filename))
+        commands.extend(plan(want, state.file(want.path)))
     if not commands:
         host.noop(f"repository {repo_id} already configured")
         return
@@ -221,7 +227,7 @@ def proxy(url: str | None):
             host.noop("no package proxy, none configured")
         return
     want = proxy_want(url)
-    commands = plan(want, current, host.get_temp_filename)
+    commands = plan(want, current)
     if not commands:
         host.noop(f"package proxy already {url}")
         return

@@ -28,7 +28,7 @@ def _needs(reason: str | None):  # type: ignore[no-untyped-def]
 def test_reboot_not_allowed_writes_the_marker_once_and_warns() -> None:
     host = LoggingHost({"files": {}})
     out = run_op(commands.reboot_when, host, _needs("nouveau is loaded"), Request(), False)
-    assert out == [f"mkdir -p /var/run/gpu-provision && printf %s 'nouveau is loaded\n' > {MARKER}"]
+    assert out == ["mkdir -p /var/run/gpu-provision", ["write", "nouveau is loaded\n", MARKER, "root:root", "0644"]]
     assert host.logged == ["reboot required: nouveau is loaded (driver.reboot is not 'allowed')"]
     flagged = LoggingHost({"files": {MARKER: {"exists": True, "type": "file", "content": "nouveau is loaded\n"}}})
     assert run_op(commands.reboot_when, flagged, _needs("nouveau is loaded"), Request(), False) == []

@@ -59,6 +59,17 @@ def test_binary_key_is_kept_as_is(served: str, tmp_path: Path) -> None:
     assert dest.read_bytes() == b"\x99\x01\x0dbinary"
 
 
+def test_keyring_is_replaced_through_an_unpredictable_name_beside_it(served: str, tmp_path: Path) -> None:
+    (tmp_path / "key.gpg").write_bytes(b"\x99new")
+    dest = tmp_path / "out.gpg"
+    dest.write_bytes(b"\x99old")
+    subprocess.run([sys.executable, "-c", repos._FETCH_KEY, f"{served}/key.gpg", str(dest)], check=True)
+    assert dest.read_bytes() == b"\x99new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["key.gpg", "out.gpg"]
+    assert "mkstemp(dir=d" in repos._FETCH_KEY and "'.tmp'" not in repos._FETCH_KEY
+    assert "os.fsync" in repos._FETCH_KEY
+
+
 def test_unreachable_key_fails_without_leaving_a_keyring(served: str, tmp_path: Path) -> None:
     dest = tmp_path / "out.gpg"
     proc = subprocess.run([sys.executable, "-c", repos._FETCH_KEY, f"{served}/missing", str(dest)],
