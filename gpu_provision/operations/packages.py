@@ -14,6 +14,7 @@ from pyinfra.api import operation
 from gpu_provision.desired import PackageWant, request_for, version_matches
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
 from gpu_provision.operations.files import changed_paths
+from gpu_provision.spec.settings import default
 from gpu_provision.state import NodeStateData
 
 #: Files whose change means the package index must be refreshed before installing.
@@ -22,6 +23,8 @@ REPOSITORY_PREFIXES = ("/etc/apt/sources.list", "/etc/apt/preferences", "/etc/ap
 
 APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--force-confold "
            "--allow-downgrades --allow-change-held-packages")
+#: Seconds a package operation waits for the package manager's lock unless the node says otherwise.
+LOCK_TIMEOUT: int = default("packages.lock_timeout")
 
 
 PACKAGES_FILE = Path(__file__).resolve().parent.parent / "data" / "packages.json"
@@ -68,8 +71,18 @@ def _needs_install(want: PackageWant, state: NodeStateData) -> bool:
     return want.present and not version_matches(want.version, state.package(want.name).version)
 
 
-def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_changed: bool) -> list[str]:
-    """Commands that install, remove, hold and lock ``wants`` (empty when the node already matches)."""
+def apt_lock_wait(seconds: int) -> str:
+    """apt's option to wait up to ``seconds`` for the dpkg lock (apt 1.9.11 and later; older apt ignores it)."""
+    return f"-o DPkg::Lock::Timeout={int(seconds)}"
+
+
+def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_changed: bool,
+         lock_timeout: int = LOCK_TIMEOUT) -> list[str]:
+    """Commands that install, remove, hold and lock ``wants`` (empty when the node already matches).
+
+    apt commands wait up to ``lock_timeout`` seconds for another holder of the dpkg lock (unattended-upgrades) before
+    failing; dnf waits for the holder of its own lock by itself.
+    """
     manager = state.package_manager
     install = [w for w in wants if _needs_install(w, state)]
     remove = [w for w in wants if not w.present and state.package(w.name).version is not None]
@@ -77,7 +90,7 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
     if not (install or remove or hold):
         return []
     if manager == "apt":
-        return _apt(install, remove, hold, repositories_changed)
+        return _apt(install, remove, hold, repositories_changed, apt_lock_wait(lock_timeout))
     if manager == "dnf":
         locked = [w for w in install if state.package(w.name).held]
         return _dnf(install, remove, hold, locked, repositories_changed)
@@ -85,19 +98,20 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
 
 
 def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[PackageWant],
-         repositories_changed: bool) -> list[str]:
+         repositories_changed: bool, wait: str) -> list[str]:
     commands = []
+    apt_get = f"{APT_GET} {wait}"
     if remove:
-        commands.append(f"{APT_GET} remove " + " ".join(shlex.quote(w.name) for w in remove))
+        commands.append(f"{apt_get} remove " + " ".join(shlex.quote(w.name) for w in remove))
     if install:
         specs = " ".join(shlex.quote(apt_spec(w)) for w in install)
         if repositories_changed:
-            commands.append("apt-get update -q")
+            commands.append(f"apt-get {wait} update -q")
         else:
             # Refresh the index only when apt cannot resolve the wanted versions from what it already has:
             # `apt-get update` on every run would make a converged node report a change.
-            commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || apt-get update -q")
-        commands.append(f"{APT_GET} install {specs}")
+            commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || apt-get {wait} update -q")
+        commands.append(f"{apt_get} install {specs}")
     if hold:
         commands.append("apt-mark hold " + " ".join(shlex.quote(w.name) for w in hold))
     return commands
@@ -123,11 +137,13 @@ def _dnf(install: list[PackageWant], remove: list[PackageWant], hold: list[Packa
 
 
 @operation()
-def wants(wants: Sequence[PackageWant]):
+def wants(wants: Sequence[PackageWant], lock_timeout: int = LOCK_TIMEOUT):
     """Packages installed at the wanted versions (downgrading if needed), held where wanted, or removed.
 
     + wants: the packages; ``version`` as the package manager spells it (``580.95.05-1``, ``580.*``), ``held``
       for ``apt-mark hold`` / ``dnf versionlock``, ``present=False`` to remove
+    + lock_timeout: seconds to wait for another process holding the package lock (the node's
+      ``packages.lock_timeout``); apt fails only after that, instead of at once
 
     The package index is refreshed only when a repository file changed in this run or apt cannot resolve a wanted
     version from the index it has. Held packages are changed only to the wanted version (apt's
@@ -142,7 +158,7 @@ def wants(wants: Sequence[PackageWant]):
     wanted = list(wants)
     state = current_state(host, request_for(list(wanted)))
     repositories_changed = any(p.startswith(REPOSITORY_PREFIXES) for p in changed_paths(host))
-    commands = plan(wanted, state, repositories_changed)
+    commands = plan(wanted, state, repositories_changed, lock_timeout)
     if not commands:
         host.noop("packages already as wanted: " + ", ".join(w.name for w in wanted))
         return

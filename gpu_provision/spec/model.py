@@ -103,6 +103,13 @@ class Kubernetes:
 
 
 @dataclass(frozen=True)
+class Packages:
+    """How package operations behave on the node: how long they wait for another holder of the package lock."""
+
+    lock_timeout: int = default("packages.lock_timeout")
+
+
+@dataclass(frozen=True)
 class Driver:
     """NVIDIA driver: which one, how it is installed, and whether the node may reboot for it."""
 
@@ -233,6 +240,7 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[str, ...] = ()
     ssh: SshSettings = field(default_factory=SshSettings)
+    packages: Packages = field(default_factory=Packages)
     driver: Driver = field(default_factory=Driver)
     container_runtime: ContainerRuntime = field(default_factory=ContainerRuntime)
     toolkit: Toolkit = field(default_factory=Toolkit)

@@ -157,6 +157,15 @@ _node_props = {
     "taints": {"type": "array", "description": "Kubernetes taints as key=value:Effect.",
                "items": _s("One taint.", pattern=r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$")},
     "ssh": _node_ssh,
+    "packages": _obj(
+        "The node's package manager.",
+        {
+            "lock_timeout": _i("Seconds a package operation waits for another process (unattended-upgrades, a second "
+                               "apt) to release the package manager's lock before it fails (apt's "
+                               "DPkg::Lock::Timeout; dnf waits for the holder by itself).",
+                               minimum=0, maximum=86400, default=300),
+        },
+    ),
     "driver": _obj(
         "NVIDIA driver.",
         {

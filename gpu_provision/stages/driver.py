@@ -257,7 +257,8 @@ def driver_stage() -> None:
     files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
     files.on_change(name="Rebuild the initramfs without nouveau", paths=[BLACKLIST],
                     command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
-    packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state))
+    packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state),
+                   lock_timeout=node.packages.lock_timeout)
     commands.reboot_when(name="Reboot for the driver", needed=lambda s: reboot_reason(node, s), request=req,
                          allowed=node.driver.reboot == "allowed")
     # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.

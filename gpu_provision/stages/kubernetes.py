@@ -241,7 +241,8 @@ def kubernetes() -> None:
     prerequisites.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)
     repos.apt_repository(name="Kubernetes repository", repo_id=REPO_ID, repo=cluster.mirrors.kubernetes,
                          k8s_minor=cluster.kubernetes.minor)
-    packages.wants(name=f"kubelet, kubeadm, kubectl {cluster.kubernetes.version} held", wants=package_wants(cluster))
+    packages.wants(name=f"kubelet, kubeadm, kubectl {cluster.kubernetes.version} held", wants=package_wants(cluster),
+                   lock_timeout=node.packages.lock_timeout)
     services.wants(name="kubelet enabled", wants=[UnitWant("kubelet", enabled=True, running=None)])
     first = first_control_plane(cluster)
     if first is None:

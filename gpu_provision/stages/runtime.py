@@ -197,7 +197,8 @@ def runtime_stage() -> None:
     if node.container_runtime.docker_source == "docker":
         repos.apt_repository(name="Docker repository", repo_id="docker", repo=cluster.mirrors.docker,
                              proxy=cluster.mirrors.package_proxy)
-    packages.wants(name=f"{node.container_runtime.kind} packages", wants=package_wants(node, state))
+    packages.wants(name=f"{node.container_runtime.kind} packages", wants=package_wants(node, state),
+                   lock_timeout=node.packages.lock_timeout)
     files.wants(name=f"{node.container_runtime.kind} configuration", wants=lambda s: file_wants(node, cluster, s),
                 request=req)
     services.wants(name=f"{node.container_runtime.kind} running", wants=unit_wants(node))

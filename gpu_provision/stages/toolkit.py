@@ -176,7 +176,8 @@ def toolkit_stage() -> None:
     req = request(node, cluster)
     repos.apt_repository(name="NVIDIA container toolkit repository", repo_id="nvidia-container-toolkit",
                          repo=cluster.mirrors.container_toolkit, proxy=cluster.mirrors.package_proxy)
-    packages.wants(name="Container toolkit packages (pinned, held)", wants=package_wants(node))
+    packages.wants(name="Container toolkit packages (pinned, held)", wants=package_wants(node),
+                   lock_timeout=node.packages.lock_timeout)
     files.wants(name="udev rule for /dev/char links", wants=file_wants(node))
     # The driver must be usable for the next steps; a node waiting for its reboot gets them after it.
     driver_req = req.merge(driver.request(node, cluster))
