@@ -3,7 +3,8 @@
 
 * ``probe [REQUEST_JSON]``: read the requested sections of the node's state, print them as one JSON object;
 * ``verify --expect FILE``: the verification agent, one JSON report;
-* ``mig-apply plan|apply|vgpu|boot ...``: the MIG layout and vGPU applier (the boot unit runs ``mig-apply boot``).
+* ``mig-apply plan|apply|vgpu|boot ...``: the MIG layout and vGPU applier (the boot unit runs ``mig-apply boot``);
+* ``diagnose --out FILE [--request JSON]``: a support bundle of the node (``tar.gz``), secrets hidden.
 
 Each entry's module is imported only when that entry runs, so the probe never loads the agent's vendored pynvml.
 """
@@ -12,7 +13,7 @@ import importlib
 import sys
 
 #: Entry name -> module (relative to this package) whose ``main(argv)`` runs it.
-ENTRIES = {"probe": ".probe", "verify": ".verify.main", "mig-apply": ".mig.apply"}
+ENTRIES = {"probe": ".probe", "verify": ".verify.main", "mig-apply": ".mig.apply", "diagnose": ".diagnose"}
 USAGE = "usage: gpu-provision-node {" + ",".join(ENTRIES) + "} [ARGS...]"
 
 

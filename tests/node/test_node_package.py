@@ -168,4 +168,4 @@ def test_entry_points_in_a_checkout() -> None:
     done = subprocess.run([sys.executable, "-m", "gpu_provision.node", "probe", json.dumps({"services": {}})],
                           capture_output=True, text=True, timeout=60, cwd=root)
     assert done.returncode == 0 and json.loads(done.stdout) == {"services": {}}, done.stderr
-    assert set(entries.ENTRIES) == {"probe", "verify", "mig-apply"}
+    assert set(entries.ENTRIES) == {"probe", "verify", "mig-apply", "diagnose"}
