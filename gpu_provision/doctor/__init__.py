@@ -1,0 +1,13 @@
+"""The doctor: known GPU-node faults named from a support bundle, with their explanation and fix.
+
+:mod:`.evidence` reads a bundle (and the cluster file's expectations kept in it), :mod:`.rules` is the rule table,
+:mod:`.xid` decodes Xid events with NVIDIA's catalogue, :mod:`.report` holds the findings and the fleet summary.
+Everything here is pure: ``gpu-provision diagnose`` collects, the doctor only reads.
+"""
+
+from gpu_provision.doctor.evidence import Evidence, Expectations, from_archive
+from gpu_provision.doctor.report import Finding, FleetDiagnosis, NodeDiagnosis, examine
+from gpu_provision.doctor.rules import RULES, Rule
+
+__all__ = ["RULES", "Evidence", "Expectations", "FleetDiagnosis", "Finding", "NodeDiagnosis", "Rule", "examine",
+           "from_archive"]

@@ -1,0 +1,77 @@
+"""The doctor's findings for one node and the fleet summary (text or JSON) ``gpu-provision diagnose`` prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_provision.doctor.evidence import Evidence
+from gpu_provision.doctor.rules import RULES, Rule
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One instance of a known fault on a node: the rule that names it and what it saw."""
+
+    rule: Rule
+    detail: str
+
+    def to_json(self) -> dict[str, str]:
+        """The JSON form: rule id, title, detail, explanation, fix."""
+        r = self.rule
+        return {"rule": r.id, "title": r.title, "detail": self.detail, "explanation": r.explanation, "fix": r.fix}
+
+
+def examine(evidence: Evidence, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+    """Every rule run on one node's evidence, in table order."""
+    return [Finding(rule, detail) for rule in rules for detail in rule.check(evidence)]
+
+
+@dataclass
+class NodeDiagnosis:
+    """One node: its bundle (None when none was collected), its findings, or why it could not be diagnosed."""
+
+    node: str
+    bundle: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The node's JSON form."""
+        return {"node": self.node, "bundle": self.bundle, "error": self.error,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass
+class FleetDiagnosis:
+    """Every node of a ``diagnose`` run, and where the bundles were written."""
+
+    nodes: list[NodeDiagnosis]
+    out: str
+
+    @property
+    def exit_status(self) -> int:
+        """2 when a node could not be diagnosed, else 1 when any finding, else 0."""
+        if any(n.error for n in self.nodes):
+            return 2
+        return 1 if any(n.findings for n in self.nodes) else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as JSON: the output folder and every node."""
+        return {"out": self.out, "nodes": [n.to_json() for n in self.nodes]}
+
+    def render(self) -> str:
+        """The summary as text: one block per node, each finding with its fix."""
+        lines = []
+        for n in self.nodes:
+            if n.error:
+                lines.append(f"{n.node}: not diagnosed: {n.error}")
+                continue
+            lines.append(f"{n.node}: {len(n.findings) or 'no'} finding{'' if len(n.findings) == 1 else 's'}"
+                         f" ({n.bundle})")
+            for f in n.findings:
+                lines += [f"  [{f.rule.id}] {f.detail}", f"    fix: {f.rule.fix}"]
+        counts = (sum(1 for n in self.nodes if n.findings), sum(1 for n in self.nodes if n.error))
+        lines.append(f"{len(self.nodes)} node(s): {counts[0]} with findings, {counts[1]} not diagnosed; "
+                     f"bundles in {self.out}")
+        return "\n".join(lines)

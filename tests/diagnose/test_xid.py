@@ -1,0 +1,27 @@
+"""The Xid data file: NVIDIA's catalogue as its source, every code the doctor must decode, each entry complete and
+its action one of the catalogue's buckets; kernel-log lines in both formats parse."""
+
+from __future__ import annotations
+
+from gpu_provision.doctor.xid import catalog, xid_events
+
+REQUIRED = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120)
+
+
+def test_catalogue_cites_its_source_and_holds_every_required_code():
+    data = catalog()
+    assert data["source"]["url"].startswith("https://docs.nvidia.com/deploy/xid-errors/")
+    for code in REQUIRED:
+        entry = data["codes"][str(code)]
+        assert entry["mnemonic"] and entry["description"], code
+        assert entry["action"] in data["actions"], code
+        assert entry["status"] in ("confirmed", "unconfirmed"), code
+
+
+def test_kernel_log_formats_parse_and_unknown_codes_say_so():
+    log = ("Nov 30 10:00:00 gpu-01 kernel: NVRM: Xid (PCI:0000:17:00): 79, pid='<unknown>', GPU has fallen off the bus.\n"
+           "[  12.5] NVRM: Xid (0000:17:00): 999, something new\n"
+           "Nov 30 10:00:01 gpu-01 kernel: NVRM: GPU at PCI:0000:17:00: GPU-abc\n")
+    events = xid_events(log)
+    assert [(e.code, e.count, e.gpus) for e in events] == [(79, 1, ("0000:17:00",)), (999, 1, ("0000:17:00",))]
+    assert events[1].entry()["status"] == "unknown" and events[1].action().startswith("CONTACT_SUPPORT")
