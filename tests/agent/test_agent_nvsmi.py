@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_provision.node.mig.nvsmi import parse_lci, parse_lgi
 from gpu_provision.node.verify import nvsmi
 
 AGENT = Path(__file__).resolve().parents[2] / "gpu_provision" / "node" / "verify"
@@ -73,7 +74,7 @@ def test_list_with_mig_devices() -> None:
 
 
 def test_lgi_with_mig_disabled(fixtures: Path) -> None:
-    assert nvsmi.parse_lgi((fixtures / "h200" / "nvidia-smi_mig_-lgi.txt").read_text()) == []
+    assert parse_lgi((fixtures / "h200" / "nvidia-smi_mig_-lgi.txt").read_text()) == []
 
 
 def test_lgi_and_lci_tables() -> None:
@@ -90,7 +91,7 @@ def test_lgi_and_lci_tables() -> None:
 |   1  MIG 1g.18gb+me      20       13          6:1     |
 +-------------------------------------------------------+
 """
-    assert nvsmi.parse_lgi(lgi) == [
+    assert parse_lgi(lgi) == [
         {"gpu": 0, "profile": "1g.5gb", "profile_id": 19, "instance_id": 7, "start": 4, "size": 1},
         {"gpu": 0, "profile": "3g.20gb", "profile_id": 9, "instance_id": 2, "start": 0, "size": 4},
         {"gpu": 1, "profile": "1g.18gb+me", "profile_id": 20, "instance_id": 13, "start": 6, "size": 1},
@@ -104,7 +105,7 @@ def test_lgi_and_lci_tables() -> None:
 |   0      2       MIG 3g.20gb          2         0          0:3     |
 +--------------------------------------------------------------------+
 """
-    assert nvsmi.parse_lci(lci) == [{"gpu": 0, "gpu_instance_id": 2, "profile": "3g.20gb", "profile_id": 2,
+    assert parse_lci(lci) == [{"gpu": 0, "gpu_instance_id": 2, "profile": "3g.20gb", "profile_id": 2,
                                      "instance_id": 0, "start": 0, "size": 3}]
 
 

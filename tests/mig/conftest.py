@@ -24,8 +24,9 @@ def mig_node(tmp_path: Path) -> Iterator[MigNode]:
 @pytest.fixture
 def h200_table() -> dict:
     """The H200 profile table as the driver printed it (tests/fixtures/h200 -lgip and -lgipp)."""
+    from gpu_provision.node.mig import nvsmi
     from gpu_provision.node.probe import mig as probe
 
-    rows = probe.parse_lgip((H200_FIXTURES / "nvidia-smi_mig_-lgip.txt").read_text())
-    placements = probe.parse_lgipp((H200_FIXTURES / "nvidia-smi_mig_-lgipp.txt").read_text())
+    rows = nvsmi.parse_lgip((H200_FIXTURES / "nvidia-smi_mig_-lgip.txt").read_text())
+    placements = nvsmi.parse_lgipp((H200_FIXTURES / "nvidia-smi_mig_-lgipp.txt").read_text())
     return probe.profile_table(rows[0], placements[0])

@@ -8,7 +8,7 @@ import time
 
 from migsim import MigNode
 
-from gpu_provision.node.probe.mig import parse_lgi
+from gpu_provision.node.mig.nvsmi import parse_lgi
 
 BALANCED = ["2g.35gb@0:2", "1g.18gb@2:1", "1g.18gb@3:1", "3g.71gb@4:4"]
 
@@ -62,7 +62,7 @@ def test_every_instance_has_its_compute_instance(mig_node: MigNode) -> None:
 def test_missing_compute_instance_is_recreated(mig_node: MigNode) -> None:
     assert mig_node.apply(A).returncode == 0
     listing = parse_lgi(mig_node.sh("nvidia-smi", "mig", "-lgi", "-i", "0", check=True).stdout)
-    gi = next(g["id"] for g in listing if g["profile"] == "3g.71gb")
+    gi = next(g["instance_id"] for g in listing if g["profile"] == "3g.71gb")
     mig_node.sh("nvidia-smi", "mig", "-i", "0", "-gi", str(gi), "-ci", "0", "-dci", check=True)
     plan = mig_node.apply(A, command="plan")
     assert plan.returncode == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpu_provision.mig.plan import layout_drift, mig_actions
-from gpu_provision.node.mig import layout, migparted, placement
+from gpu_provision.node.mig import layout, migparted, nvsmi, placement
 from gpu_provision.node.mig.layout import Action
 from gpu_provision.node.mig.migparted import Requested
 from gpu_provision.node.mig.model import GpuLayout, Placement, ProfileTable, fmt_placements
@@ -58,15 +58,15 @@ def test_driver_tables_equal_the_catalog(h200_table: dict) -> None:
 
 
 def test_lgi_with_mig_disabled_is_empty() -> None:
-    assert probe.parse_lgi((REPO / "tests/fixtures/h200/nvidia-smi_mig_-lgi.txt").read_text()) == []
+    assert nvsmi.parse_lgi((REPO / "tests/fixtures/h200/nvidia-smi_mig_-lgi.txt").read_text()) == []
 
 
 def test_lgi_and_lci_rows() -> None:
-    gis = probe.parse_lgi((HERE / "fixtures" / "lgi-balanced.txt").read_text())
-    assert [(g["profile"], g["profile_id"], g["id"], g["start"], g["size"]) for g in gis] == [
+    gis = nvsmi.parse_lgi((HERE / "fixtures" / "lgi-balanced.txt").read_text())
+    assert [(g["profile"], g["profile_id"], g["instance_id"], g["start"], g["size"]) for g in gis] == [
         ("3g.71gb", 9, 2, 4, 4), ("2g.35gb", 14, 3, 0, 2), ("1g.18gb", 19, 9, 2, 1), ("1g.18gb", 19, 10, 3, 1)]
-    cis = probe.parse_lci((HERE / "fixtures" / "lci-balanced.txt").read_text())
-    assert [(c["gi"], c["profile"], c["profile_id"], c["id"], c["size"]) for c in cis] == [
+    cis = nvsmi.parse_lci((HERE / "fixtures" / "lci-balanced.txt").read_text())
+    assert [(c["gpu_instance_id"], c["profile"], c["profile_id"], c["instance_id"], c["size"]) for c in cis] == [
         (2, "3g.71gb", 2, 0, 3), (3, "2g.35gb", 1, 0, 2), (9, "1g.18gb", 0, 0, 1), (10, "1g.18gb", 0, 0, 1)]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from migsim import MigNode
 
-from gpu_provision.node.mig import vgpu
+from gpu_provision.node.mig import nvsmi, vgpu
 from gpu_provision.node.probe import mig as probe
 
 TREE = Path(__file__).resolve().parent / "fixtures" / "sysfs-h200-vgpu"
@@ -42,7 +42,7 @@ def test_reader_follows_virtfn_links(sysfs: Path) -> None:
     assert [vf["address"] for vf in pf["vfs"]] == VFS
     assert pf["vfs"][0]["creatable"] == {"NVIDIA H200X-141C": 1428, "NVIDIA H200X-1-18C": 1414}
     assert all(vf["current"] == 0 for vf in pf["vfs"])
-    assert probe.sysfs_address("00000000:41:00.0") == PF == vgpu.sysfs_address("00000000:41:00.0")
+    assert nvsmi.sysfs_address("00000000:41:00.0") == PF
 
 
 def test_plan_assigns_the_id_looked_up_by_name(sysfs: Path) -> None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .nvsmi import sysfs_address
+
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"
 
 
@@ -79,12 +81,6 @@ def vgpu_steps(index: int, type_name: str, address: str, pf: dict | None, known:
     if free and not steps:
         steps.append(VgpuAction("assign", index, free[0]["address"], type_id=type_id, type_name=type_name))
     return steps
-
-
-def sysfs_address(bus_id: str) -> str:
-    """nvidia-smi's ``00000000:41:00.0`` as sysfs spells it: ``0000:41:00.0``."""
-    domain, _, rest = bus_id.lower().partition(":")
-    return domain[-4:].rjust(4, "0") + ":" + rest
 
 
 def plan_vgpu(wanted: dict, snapshot: dict) -> list:

@@ -6,9 +6,8 @@ and, for vGPU hosts, ``/sys/bus/pci/devices/<BDF>/{sriov_totalvfs,sriov_numvfs,v
 ``<VF>/nvidia/{creatable_vgpu_types,current_vgpu_type}``. With ``{"tables": true}`` it also reads the driver's own
 profile tables (``mig -lgip`` and ``-lgipp``), which answer with MIG disabled; ``{"vgpu": false}`` skips sysfs.
 
-The parsers follow the driver's printed formats (NVIDIA MIG user guide examples and the captured H200 outputs in
-tests/fixtures/h200), e.g. ``|   0  MIG 1g.18gb         19        7          0:1     |``. The layout
-applier (:mod:`..mig.apply`) imports it too; like all node-side code it is Python 3.9+, standard library only.
+The ``nvidia-smi mig`` tables are read by the node's one reader of them (:mod:`..mig.nvsmi`). The layout
+applier (:mod:`..mig.apply`) imports this section too; like all node-side code it is Python 3.9+, standard library only.
 """
 
 from __future__ import annotations
@@ -19,12 +18,12 @@ import os
 import re
 import subprocess
 
+from ..mig.nvsmi import parse_lci, parse_lgi, parse_lgip, parse_lgipp, sysfs_address
+
 QUERY = "index,uuid,name,pci.bus_id,pci.device_id,mig.mode.current,mig.mode.pending"
 APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
 VGPU_STATE_FILE = "/var/lib/gpu-provision/vgpu-types.json"
 
-_PLACEMENT = re.compile(r"^(\d+):(\d+)$")
-_LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]*)\}:(\d+)\s*$")
 _TYPE_LINE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*$")
 
 
@@ -68,84 +67,6 @@ def parse_query_gpu(text):
     return gpus
 
 
-def _table_rows(text):
-    """Token lists of the data rows of an nvidia-smi box table (rows that name a ``MIG`` profile)."""
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not (line.startswith("|") and line.endswith("|")):
-            continue
-        tokens = line.strip("|").split()
-        if "MIG" in tokens:
-            rows.append(tokens)
-    return rows
-
-
-def _placement(token):
-    match = _PLACEMENT.match(token)
-    if not match:
-        raise ValueError("not a Start:Size placement: " + token)
-    return int(match.group(1)), int(match.group(2))
-
-
-def parse_lgi(text):
-    """GPU instances from ``nvidia-smi mig -lgi``: ``[{gpu, profile, profile_id, id, start, size}]``.
-
-    Columns: GPU, Name (``MIG <profile>``), Profile ID, Instance ID, Placement ``Start:Size``. The "No MIG-enabled
-    devices found." and "No GPU instances found" answers give an empty list.
-    """
-    out = []
-    for tokens in _table_rows(text):
-        at = tokens.index("MIG")
-        if at != 1 or len(tokens) < 6:
-            continue
-        start, size = _placement(tokens[5])
-        out.append({"gpu": int(tokens[0]), "profile": tokens[2], "profile_id": int(tokens[3]),
-                    "id": int(tokens[4]), "start": start, "size": size})
-    return out
-
-
-def parse_lci(text):
-    """Compute instances from ``nvidia-smi mig -lci``: ``[{gpu, gi, profile, profile_id, id, start, size}]``.
-
-    Columns: GPU, GPU instance ID, Name (``MIG <profile>``; the full-size one has the GPU instance's profile name,
-    smaller ones a ``<n>c.`` prefix), Profile ID, Instance ID, Placement ``Start:Size`` (compute slices).
-    """
-    out = []
-    for tokens in _table_rows(text):
-        at = tokens.index("MIG")
-        if at != 2 or len(tokens) < 7:
-            continue
-        start, size = _placement(tokens[6])
-        out.append({"gpu": int(tokens[0]), "gi": int(tokens[1]), "profile": tokens[3],
-                    "profile_id": int(tokens[4].rstrip("*")), "id": int(tokens[5]), "start": start, "size": size})
-    return out
-
-
-def parse_lgip(text):
-    """Profiles from ``nvidia-smi mig -lgip``: ``{gpu: [{name, id, free, total}]}``."""
-    out = {}
-    for tokens in _table_rows(text):
-        if tokens.index("MIG") != 1 or len(tokens) < 5 or "/" not in tokens[4]:
-            continue
-        free, total = tokens[4].split("/", 1)
-        out.setdefault(int(tokens[0]), []).append(
-            {"name": tokens[2], "id": int(tokens[3]), "free": int(free), "total": int(total)})
-    return out
-
-
-def parse_lgipp(text):
-    """Placements from ``nvidia-smi mig -lgipp``: ``{gpu: {profile_id: (starts, size)}}``."""
-    out = {}
-    for line in text.splitlines():
-        match = _LGIPP.match(line.strip())
-        if not match:
-            continue
-        starts = [int(s) for s in match.group(3).split(",") if s]
-        out.setdefault(int(match.group(1)), {})[int(match.group(2))] = (starts, int(match.group(4)))
-    return out
-
-
 def profile_table(lgip_rows, placements):
     """One GPU's profile table from its ``-lgip`` rows and ``-lgipp`` placements, in the probe's JSON answer.
 
@@ -169,6 +90,12 @@ def profile_table(lgip_rows, placements):
     }
 
 
+def _instance(row):
+    """A ``-lgi`` or ``-lci`` row as the probe answers an instance: its ``id``, profile and placement."""
+    return {"id": row["instance_id"], "profile": row["profile"], "profile_id": row["profile_id"],
+            "start": row["start"], "size": row["size"]}
+
+
 def attach_instances(gpus, lgi_text, lci_text):
     """Give each GPU its ``gis`` (from ``-lgi`` output), each with its ``cis`` (from ``-lci`` output)."""
     gis = parse_lgi(lgi_text or "")
@@ -178,9 +105,9 @@ def attach_instances(gpus, lgi_text, lci_text):
         for gi in gis:
             if gi["gpu"] != gpu["index"]:
                 continue
-            entry = {k: gi[k] for k in ("id", "profile", "profile_id", "start", "size")}
-            entry["cis"] = [{k: ci[k] for k in ("id", "profile", "profile_id", "start", "size")}
-                            for ci in cis if ci["gpu"] == gpu["index"] and ci["gi"] == gi["id"]]
+            entry = _instance(gi)
+            entry["cis"] = [_instance(ci) for ci in cis
+                            if ci["gpu"] == gpu["index"] and ci["gpu_instance_id"] == gi["instance_id"]]
             gpu["gis"].append(entry)
     return gpus
 
@@ -214,12 +141,6 @@ def _read(path):
             return f.read()
     except OSError:
         return None
-
-
-def sysfs_address(bus_id):
-    """nvidia-smi's ``00000000:41:00.0`` as sysfs spells it: ``0000:41:00.0``."""
-    domain, _, rest = bus_id.lower().partition(":")
-    return domain[-4:].rjust(4, "0") + ":" + rest
 
 
 def read_vgpu(sysfs_root, addresses):

@@ -13,6 +13,7 @@ import time
 from functools import cached_property
 from typing import Any
 
+from ..mig.nvsmi import parse_lci, parse_lgi
 from . import nvsmi, readings, runtime
 from .probes import Background, Probes, Relaunch, device_result, libcuda_problem, peer_probe
 
@@ -95,13 +96,13 @@ class NodeReadings:
     def lgi(self) -> list[dict[str, Any]] | None:
         """``nvidia-smi mig -lgi`` (GPU instances), or None when MIG is off or it gave no answer."""
         text = self.smi_binary.text("mig", "-lgi")[0] if self.mig_on else None
-        return nvsmi.parse_lgi(text) if text is not None else None
+        return parse_lgi(text) if text is not None else None
 
     @cached_property
     def lci(self) -> list[dict[str, Any]] | None:
         """``nvidia-smi mig -lci`` (compute instances), or None when MIG is off or it gave no answer."""
         text = self.smi_binary.text("mig", "-lci")[0] if self.mig_on else None
-        return nvsmi.parse_lci(text) if text is not None else None
+        return parse_lci(text) if text is not None else None
 
     @cached_property
     def mig_devices(self) -> dict[int, list[dict[str, int]]]:

@@ -1,4 +1,7 @@
-"""Parsers for what ``nvidia-smi`` prints: ``-q -x`` (XML), ``-L``, ``mig -lgi`` and ``mig -lci``.
+"""Parsers for what ``nvidia-smi`` prints for the agent alone: ``-q -x`` (XML), ``-L``, link and NVLink queries.
+
+The ``mig -lgi``/``-lci`` tables and bus ids are read by the node's one reader of them,
+:mod:`gpu_provision.node.mig.nvsmi`, which the probe reads them with too.
 
 Every parser takes the command's text and returns plain dicts and lists, so the decisions in ``checks`` can be
 tested on real captured outputs. Values nvidia-smi prints as ``N/A`` (or other non-numbers where a number is
@@ -10,6 +13,8 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from typing import Any
+
+from ..mig.nvsmi import sysfs_address
 
 _NOT_AVAILABLE = {"N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error", ""}
 
@@ -58,14 +63,6 @@ def normalize_pci_id(value: str | None) -> str | None:
     return "0x" + bare.upper()
 
 
-def normalize_bus_id(value: str | None) -> str | None:
-    """Normalize a PCI bus id to sysfs form: ``00000000:00:06.0`` -> ``0000:00:06.0``."""
-    if not value:
-        return None
-    domain, _, rest = value.lower().partition(":")
-    return f"{domain[-4:]:0>4}:{rest}"
-
-
 def parse_query_xml(text: str) -> dict[str, Any]:
     """Parse ``nvidia-smi -q -x`` into ``{driver_version, cuda_version, attached_gpus, gpus: [...]}``.
 
@@ -88,7 +85,7 @@ def parse_query_xml(text: str) -> dict[str, Any]:
         gpus.append({
             "index": index,
             "minor_number": _int(gpu, "minor_number"),
-            "bus_id": normalize_bus_id(gpu.get("id")),
+            "bus_id": sysfs_address(gpu.get("id")) if gpu.get("id") else None,
             "name": _text(gpu, "product_name"),
             "uuid": _text(gpu, "uuid"),
             "pci_device_id": normalize_pci_id(_text(pci, "pci_device_id")),
@@ -145,38 +142,6 @@ def parse_list(text: str) -> list[dict[str, Any]]:
 def device_count(listing: list[dict[str, Any]]) -> int:
     """CUDA-usable devices in a ``parse_list`` result: each MIG device, or the GPU itself where it has none."""
     return sum(len(gpu["mig"]) or 1 for gpu in listing)
-
-
-_LGI_ROW = re.compile(r"^\|\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
-_LCI_ROW = re.compile(r"^\|\s+(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s+\|")
-
-
-def parse_lgi(text: str) -> list[dict[str, Any]]:
-    """Parse ``nvidia-smi mig -lgi``: ``[{gpu, profile, profile_id, instance_id, start, size}]``.
-
-    "No MIG-enabled devices found." and "No GPU instances found" parse as an empty list.
-    """
-    rows = []
-    for line in text.splitlines():
-        match = _LGI_ROW.match(line)
-        if match:
-            gpu, profile, profile_id, gi, start, size = match.groups()
-            rows.append({"gpu": int(gpu), "profile": profile, "profile_id": int(profile_id),
-                         "instance_id": int(gi), "start": int(start), "size": int(size)})
-    return rows
-
-
-def parse_lci(text: str) -> list[dict[str, Any]]:
-    """Parse ``nvidia-smi mig -lci``: ``[{gpu, gpu_instance_id, profile, profile_id, instance_id, start, size}]``."""
-    rows = []
-    for line in text.splitlines():
-        match = _LCI_ROW.match(line)
-        if match:
-            gpu, gi, profile, profile_id, ci, start, size = match.groups()
-            rows.append({"gpu": int(gpu), "gpu_instance_id": int(gi), "profile": profile,
-                         "profile_id": int(profile_id), "instance_id": int(ci), "start": int(start),
-                         "size": int(size)})
-    return rows
 
 
 def parse_link_query(text: str) -> dict[int, tuple[int | None, int | None]]:
