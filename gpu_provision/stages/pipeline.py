@@ -13,13 +13,13 @@ import os
 from collections.abc import Sequence
 from types import ModuleType
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.api import deploy, operation
 
 from gpu_provision.desired import Want
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.inventory import cluster_for, node_for
-from gpu_provision.operations import commands, repos
+from gpu_provision.operations import commands, lock, repos
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver, kubernetes, mig, permissions, preflight, runtime, toolkit, verify
 from gpu_provision.state import NodeStateData, Request
@@ -89,27 +89,40 @@ def gpu_node(stages: Sequence[str] | None = None, report_dir: str | None = "repo
     + stages: the stage names to run (default: ``GPU_PROVISION_STAGES``, else :data:`STAGES`; :data:`HOST_STACK`
       for the host stack alone); preflight always runs first, then the package proxy is set
     + report_dir: where the controller keeps each node's verification report (``<node>.json``)
+
+    The node's run lock (:mod:`gpu_provision.operations.lock`) is taken before anything else, renewed before every
+    stage and released at the end (or when the node fails): a second run on the node stops before changing it.
     """
     names = set(chosen_stages(stages))
     node, cluster = node_for(host), cluster_for(host)
     commands.use_request(commands.this_host(), node_request(node, cluster))
     # Each stage is called from its own line, in order. pyinfra tells operations apart by the line numbers of their
     # call stack (not file names); one calling line for every stage would let two stages share operation hashes.
+    lock.release_on_failure(state)
+    lock.run_lock(name="Run lock (one run at a time on this node)", stage="preflight")
     preflight.preflight_stage()
     repos.proxy(name="Package proxy", url=cluster.mirrors.package_proxy)
     if "driver" in names:
+        lock.run_lock(name="Run lock renewed", stage="driver")
         driver.driver_stage()
     if "runtime" in names:
+        lock.run_lock(name="Run lock renewed", stage="runtime")
         runtime.runtime_stage()
     if "toolkit" in names:
+        lock.run_lock(name="Run lock renewed", stage="toolkit")
         toolkit.toolkit_stage()
     if "permissions" in names:
+        lock.run_lock(name="Run lock renewed", stage="permissions")
         permissions.permissions_stage()
     if "mig" in names:
+        lock.run_lock(name="Run lock renewed", stage="mig")
         mig.mig_stage()
     if "kubernetes" in names:
         barrier(name="Every node ready for Kubernetes", stage="kubernetes")
+        lock.run_lock(name="Run lock renewed", stage="kubernetes")
         kubernetes.kubernetes()
     if "verify" in names:
         barrier(name="Every node ready for verification", stage="verify")
+        lock.run_lock(name="Run lock renewed", stage="verify")
         verify.verify(report_dir=report_dir)
+    lock.run_unlock(name="Run lock released")
