@@ -62,11 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except UsageError as exc:
+    except UsageError as exc:  # leaves by SystemExit, as argparse does, with the same status 2
         as_json = "--json" in argv
         if not as_json:
             parser.print_usage(sys.stderr)
-        return _fail(str(exc), "usage", as_json)
+        raise SystemExit(_fail(str(exc), "usage", as_json)) from None
     as_json = bool(getattr(args, "json", False))
     try:
         return int(args.handler(args) or 0)

@@ -59,7 +59,10 @@ def load_inventory(path: str) -> Inventory:
             return make_inventory(path, cwd=os.getcwd())
     except GpuProvisionError:
         raise
-    except (Exception, SystemExit) as exc:
+    except SystemExit as exc:  # the inventory printed its reason (on standard error) and stopped
+        raise GpuProvisionError(f"inventory {path} stopped (exit status {exc.code}) before giving any host; "
+                                "its message is above") from exc
+    except Exception as exc:
         raise GpuProvisionError(f"cannot load inventory {path}: {type(exc).__name__}: {exc}") from exc
 
 

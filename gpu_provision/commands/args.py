@@ -67,8 +67,13 @@ def cluster_file(args: argparse.Namespace) -> str:
 
 
 def use_cluster(args: argparse.Namespace) -> None:
-    """Point the pyinfra inventory (``inventory.py`` reads ``GPU_PROVISION_CLUSTER``) at ``--cluster`` when given."""
+    """Point the pyinfra inventory (``inventory.py`` reads ``GPU_PROVISION_CLUSTER``) at ``--cluster`` when given,
+    once the file is known to be valid: its problems are reported as ``validate`` reports them (one line each, or
+    the JSON error), not as an inventory that stopped."""
     if args.cluster:
+        from gpu_provision.spec import load_cluster
+
+        load_cluster(args.cluster)
         os.environ[CLUSTER_ENV] = args.cluster
 
 

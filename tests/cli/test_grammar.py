@@ -19,7 +19,11 @@ EXAMPLE = ROOT / "inventory" / "cluster.yaml"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = cli.main(list(argv))
+    """The exit status (returned, or through SystemExit as for a usage error), standard output and error."""
+    try:
+        status = cli.main(list(argv))
+    except SystemExit as exc:
+        status = int(exc.code or 0)
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -194,3 +198,32 @@ def test_no_two_models_share_a_spelling():
         for name in (model.key, *model.product_names):
             assert seen.setdefault(catalog.spelling(name), model.key) == model.key, name
     assert catalog.model("H100 80GB HBM3").key == catalog.model("h100-80gb").key == "H100-80GB"
+
+
+def test_progress_is_one_line_rewritten_on_a_terminal_and_nothing_elsewhere():
+    import io
+
+    from gpu_provision.commands.args import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert progress(io.StringIO()) is None
+    screen = Terminal()
+    show = progress(screen)
+    assert show is not None
+    show(1, 0, 3)
+    show(1, 1, 3)
+    show(2, 1, 3)
+    assert screen.getvalue() == ("\r1 done, 0 failed, 2 remaining\033[K\r1 done, 1 failed, 1 remaining\033[K"
+                                 "\r2 done, 1 failed, 0 remaining\033[K\n")
+
+
+def test_a_bad_cluster_file_given_to_a_fleet_command_is_reported_as_validate_reports_it(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: v1\nnodes: 3\n")
+    for command in ("drift", "verify"):
+        status, out, _ = run(capsys, command, "--cluster", str(bad), "--json")
+        error = json.loads(out)["error"]
+        assert status == EXIT_ERROR and error["kind"] == "spec" and str(bad) in error["message"], command
