@@ -1,5 +1,5 @@
-"""A simulated node for the MIG tests: the rig's GPU simulator behind a stand-in ``nvidia-smi``, a stand-in
-``systemctl``, and the node bundle (whose ``mig-apply`` entry is the applier) installed as the deploy installs it
+"""A simulated node for the MIG tests: the rig's GPU simulator behind a stand-in ``nvidia-smi``, stand-in
+``systemctl`` and ``modprobe``, and the node bundle (whose ``mig-apply`` entry is the applier) installed as the deploy installs it
 (used by conftest.py's fixtures)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,52 @@ class MigNode:
         boot = self.root / "boot_id"
         boot.write_text(str(int(boot.read_text()) + 1))
 
+    @property
+    def record(self) -> Path:
+        """The applier's record of the units and modules it took down (``$GPU_PROVISION_MIG_RECORD``)."""
+        return Path(self.env["GPU_PROVISION_MIG_RECORD"])
 
+    @property
+    def module_args(self) -> list[str]:
+        """Applier options that point it at the stand-in kernel's ``/sys`` and ``/proc``."""
+        return ["--sysfs", self.env["MODPROBE_SYSFS"], "--procfs", self.env["MODPROBE_PROCFS"]]
+
+    def modules(self) -> list[str]:
+        """Names of the loaded (stand-in) kernel modules, from the stand-in ``/proc/modules``."""
+        text = (Path(self.env["MODPROBE_PROCFS"]) / "modules").read_text()
+        return [line.split()[0] for line in text.splitlines()]
+
+    def gate(self, argument: str) -> Gate:
+        """Make the next ``nvidia-smi`` call with ``argument`` wait at a gate (see :class:`Gate`)."""
+        gate = Gate(self.root / f"gate{argument}", self.root / f"reached{argument}")
+        wrapper = self.root / "bin" / "nvidia-smi"
+        real = wrapper.read_text().split("\n", 1)[1]
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            f'case " $* " in *" {argument} "*) if [ -e {gate.closed} ]; then : > {gate.reached}; '
+            f"while [ -e {gate.closed} ]; do sleep 0.05; done; fi;; esac\n" + real)
+        gate.closed.touch()
+        return gate
+
+
+@dataclass
+class Gate:
+    """A point in the middle of an apply where the stand-in ``nvidia-smi`` waits while ``closed`` exists; it
+    creates ``reached`` when a call gets there, so a test can interrupt the applier at that step."""
+
+    closed: Path
+    reached: Path
+
+    def wait(self, proc: subprocess.Popen[str], timeout: float = 60.0) -> None:
+        """Wait until the applier ``proc`` is held at the gate."""
+        deadline = time.monotonic() + timeout
+        while not self.reached.exists():
+            assert proc.poll() is None, "the applier ended before reaching the gate"
+            assert time.monotonic() < deadline, "the applier never reached the gate"
+            time.sleep(0.05)
+
+    def open(self) -> None:
+        self.closed.unlink(missing_ok=True)
 
 
 def make_node(tmp_path: Path) -> MigNode:
@@ -103,7 +149,11 @@ def make_node(tmp_path: Path) -> MigNode:
     for name in ("nvidia-smi", "gpu-sim"):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec {sys.executable} {SIM} {name} "$@"\n')
         (bin_dir / name).chmod(0o755)
-    shutil.copy(STANDINS / "systemctl", bin_dir / "systemctl")
+    for name in ("systemctl", "modprobe"):
+        shutil.copy(STANDINS / name, bin_dir / name)
+    (tmp_path / "sys" / "module" / "nvidia" / "holders").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "modules").write_text("nvidia 1000 0 - Live 0x0\n")
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
@@ -111,5 +161,8 @@ def make_node(tmp_path: Path) -> MigNode:
         SYSTEMCTL_STATE=str(tmp_path / "systemctl.json"),
         SYSTEMCTL_LOG=str(tmp_path / "systemctl.log"),
         SYSTEMCTL_HOLDERS="nvidia-dcgm.service nvidia-persistenced.service",
+        MODPROBE_SYSFS=str(tmp_path / "sys"),
+        MODPROBE_PROCFS=str(tmp_path / "proc"),
+        GPU_PROVISION_MIG_RECORD=str(tmp_path / "var" / "mig-stopped.json"),
     )
     return MigNode(tmp_path, env)

@@ -6,14 +6,20 @@ probe's ``mig`` section and the shared decision code it imports. Run by the depl
 survive a reboot).
 
     mig-apply plan  --layout /etc/gpu-provision/mig-layout.yaml          # what would change (read-only)
-    mig-apply apply --layout FILE [--config NAME] [--allow-drain] [--reboot-allowed]
+    mig-apply apply --layout FILE [--config NAME] [--allow-drain] [--reboot-allowed] [--allow-module-unload]
     mig-apply vgpu  --vgpu /etc/gpu-provision/vgpu.json [--sysfs /sys]
     mig-apply boot  --layout FILE --vgpu FILE                            # both, as the boot unit runs them
 
 The layout file is NVIDIA mig-parted's ``version: v1`` format written as JSON (valid YAML, readable with the
 standard library). Placements are planned here from the driver's own tables (``mig -lgip``/``-lgipp``) with the
-same search the controller uses. Exit status: 0 done (or nothing to do), 1 refused or failed (the message says the
-state reached; a later run continues from there), 2 usage, 3 rebooting to finish a MIG mode change.
+same search the controller uses. Exit status: 0 done (or nothing to do), 1 refused, failed or interrupted (the
+message says the state reached; a later run continues from there), 2 usage, 3 rebooting to finish a MIG mode change.
+
+Whatever happens, the units and kernel modules taken down for a change come back: they are written to a durable
+record (:mod:`.record`, ``/var/lib/gpu-provision/mig-stopped.json``) before they go, SIGTERM and SIGHUP unwind
+through the restarts (:mod:`.interrupt`), and a closed output only silences the progress lines. When even that
+cannot run (``kill -9``, power loss), the next ``apply`` or the boot unit finds the record, finishes the layout and
+then starts every unit and loads every module it names.
 """
 
 from __future__ import annotations
@@ -27,12 +33,12 @@ import signal
 import time
 
 from ..probe import mig as mig_probe
-from . import holders, migparted, placement
+from . import holders, kmod, migparted, placement, record
 from . import layout as mig_layout
 from . import vgpu as mig_vgpu
+from .interrupt import Interrupted, install, say, shielded
 from .model import GpuLayout, ProfileTable
 
-PREFIX = "gpu-provision-mig: "
 DRAIN_WAIT_S = 30.0
 GPU_PODS = ("nvidia-device-plugin", "gpu-feature-discovery", "dcgm-exporter")
 KNOWN_TYPES_FILE = mig_probe.VGPU_STATE_FILE
@@ -40,10 +46,6 @@ KNOWN_TYPES_FILE = mig_probe.VGPU_STATE_FILE
 
 class ApplyError(Exception):
     """A step failed or was refused; the message says which and why."""
-
-
-def say(text: str) -> None:
-    print(PREFIX + text, flush=True)
 
 
 def run(argv: list, check: bool = True) -> tuple:
@@ -136,17 +138,25 @@ def gpu_mode(index: int) -> tuple:
     return gpu["mig_current"], gpu["mig_pending"]
 
 
-def finish_mode(index: int, enable: bool, reboot_allowed: bool) -> None:
-    """Make a pending MIG mode change effective: GPU reset, else a reboot when allowed, else an error."""
+def finish_mode(index: int, enable: bool, reboot_allowed: bool, takedown: Takedown) -> None:
+    """Make a pending MIG mode change effective: GPU reset (kernel modules that block it unloaded first when
+    allowed), else a reboot when allowed, else an error naming what holds the GPU."""
     current, _ = gpu_mode(index)
     if current == enable:
         return
+    blocking = takedown.modules_blocking()
+    if blocking and takedown.allow_module_unload:
+        takedown.unload(blocking)
+        blocking = ()
     say(f"GPU {index}: MIG mode change pending; resetting the GPU")
     rc, out = run(["nvidia-smi", "-r", "-i", str(index)], check=False)
     current, _ = gpu_mode(index)
     if current == enable:
         return
     reason = (out or "").strip().splitlines()[0] if (out or "").strip() else f"exit {rc}"
+    if blocking:
+        reason += ("; kernel module(s) " + kmod.describe(blocking, takedown.procfs) + " hold the GPU: set "
+                   "mig.allow_module_unload: true to unload them for the reset")
     if reboot_allowed:
         raise Reboot(f"GPU {index}: MIG mode change pending and the reset failed ({reason})")
     raise ApplyError(f"GPU {index}: MIG mode change is pending and the GPU reset failed ({reason}); reboot the node "
@@ -157,9 +167,68 @@ class Reboot(Exception):
     """The node must reboot to finish a MIG mode change."""
 
 
-def execute(actions: list, reboot_allowed: bool, device_plugin: bool) -> None:
-    """Carry out ``actions`` in order; held services are started again whatever happens."""
-    stopped: tuple = ()
+class Takedown:
+    """The units and kernel modules taken down for a change, recorded durably before each goes and brought back
+    (then the record removed) by :meth:`restore`.
+
+    ``previous`` is what an interrupted apply left in the record; it is brought back too. At boot, units are started
+    with ``--no-block``: the boot unit is ordered before kubelet and DCGM, so waiting for their start would deadlock.
+    """
+
+    def __init__(self, path: str, previous: record.Stopped | None = None, boot: bool = False,
+                 allow_module_unload: bool = False, sysfs: str = "/sys", procfs: str = "/proc") -> None:
+        self.path = path
+        self.previous = previous
+        self.down = previous or record.Stopped()
+        self.boot = boot
+        self.allow_module_unload = allow_module_unload
+        self.sysfs = sysfs
+        self.procfs = procfs
+
+    def stop_units(self, units) -> None:
+        """Record ``units``, then stop them."""
+        self.down = self.down.merged(units=units)
+        record.write(self.path, self.down)
+        run(["systemctl", "stop", *units])
+
+    def modules_blocking(self) -> tuple:
+        return kmod.blocking(self.sysfs, self.procfs)
+
+    def unload(self, modules) -> None:
+        """Record ``modules``, then unload them (in order); a module that stays in use is named."""
+        self.down = self.down.merged(modules=modules)
+        record.write(self.path, self.down)
+        say("unload kernel module(s) " + ", ".join(modules) + " for the GPU reset")
+        rc, out = run(["modprobe", "-r", *modules], check=False)
+        if rc != 0:
+            raise ApplyError("the GPU reset needs kernel module(s) " + kmod.describe(modules, self.procfs)
+                             + f" unloaded and 'modprobe -r' failed: {(out or '').strip()[-400:]}")
+
+    def restore(self) -> bool:
+        """Load every recorded module and start every recorded unit (whatever signals arrive meanwhile); remove
+        the record when all are back. False when something did not come back (the record stays for the next run)."""
+        if not self.down:
+            return True
+        with shielded():
+            ok = True
+            for module in reversed(self.down.modules):
+                say("load kernel module " + module)
+                ok = run(["modprobe", module], check=False)[0] == 0 and ok
+            if self.down.units:
+                units = tuple(reversed(self.down.units))
+                say("start " + " ".join(units))
+                ok = run(["systemctl", "start", *(("--no-block",) if self.boot else ()), *units],
+                         check=False)[0] == 0 and ok
+            if ok:
+                record.remove(self.path)
+                self.down = record.Stopped()
+            else:
+                say(f"not everything came back; {self.path} keeps {self.down} for the next run")
+        return ok
+
+
+def execute(actions: list, reboot_allowed: bool, device_plugin: bool, takedown: Takedown) -> bool:
+    """Carry out ``actions`` in order; what was taken down comes back whatever happens (False if it did not)."""
     try:
         for action in actions:
             if action.kind in ("start-services", "restart-device-plugin"):
@@ -168,8 +237,7 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool) -> None:
             if action.kind == "drain":
                 drain(action.pids)
             elif action.kind == "stop-services":
-                run(list(mig_layout.commands(action)[0]))
-                stopped = action.units
+                takedown.stop_units(action.units)
                 stop_gpu_pods(GPU_PODS)
             elif action.kind == "cdi-refresh":
                 if shutil.which("nvidia-ctk"):
@@ -178,52 +246,59 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool) -> None:
                     say("nvidia-ctk not installed; CDI spec not regenerated")
             elif action.kind == "mig-mode":
                 run(mig_layout.commands(action)[0])
-                finish_mode(action.gpu, bool(action.enable), reboot_allowed)
+                finish_mode(action.gpu, bool(action.enable), reboot_allowed, takedown)
             elif action.kind == "reset":
-                finish_mode(action.gpu, True, reboot_allowed)
+                finish_mode(action.gpu, True, reboot_allowed, takedown)
             else:
                 for argv in mig_layout.commands(action):
                     run(argv)
     finally:
-        if stopped:
-            units = tuple(reversed(stopped))
-            say("start " + " ".join(units))
-            run(["systemctl", "start", *units], check=False)
+        restored = takedown.restore()
     if device_plugin and stop_gpu_pods(GPU_PODS[:1]):
         say("restarted the device plugin")
+    return restored
 
 
 def apply_layout(args) -> int:
+    """Plan the layout file against the GPUs and, for ``apply``, carry it out; an interrupted earlier apply is
+    finished first (its layout by the normal plan, then everything its record names brought back)."""
+    previous = record.read(args.record)
+    takedown = Takedown(args.record, previous, args.boot, args.allow_module_unload, args.sysfs, args.procfs)
+    if previous and args.command != "plan":
+        say(f"an earlier apply was interrupted with {previous} down ({args.record}); finishing it")
     doc = migparted.read(args.layout)
     snapshot = probe(tables=True)
     desired = desired_for(doc, args.config, snapshot)
     if not desired:
         ids = ", ".join(sorted({g["pci_device_id"] for g in snapshot["gpus"]})) or "no GPUs"
         say(f"the layout file selects none of this node's GPUs ({ids}); nothing to do")
-        return 0
+        return 0 if args.command == "plan" or takedown.restore() else 1
     units = holders.running_holders()
     actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot)
     refusals = [a for a in actions if a.kind == "refuse"]
     if args.command == "plan":
+        lines = [str(a) for a in actions] + ([f"bring back {previous} (an interrupted apply left it down)"]
+                                             if previous else [])
         if args.json:
-            print(json.dumps([str(a) for a in actions], indent=2))
+            print(json.dumps(lines, indent=2))
         else:
-            for action in actions:
-                print(action)
-            if not actions:
+            for line in lines:
+                print(line)
+            if not lines:
                 print("nothing to do: every GPU has its layout")
         return 1 if refusals else 0
     if refusals:
         for action in refusals:
             say(str(action))
+        takedown.restore()
         return 1
     if not actions:
         say("every GPU has its layout: " + "; ".join(
             f"GPU {i}: {mig_layout.describe_gpu(g)}" for i, g in
             sorted((g["index"], g) for g in snapshot["gpus"] if g["index"] in desired)))
-        return 0
+        return 0 if takedown.restore() else 1
     try:
-        execute(actions, args.reboot_allowed and not args.boot, not args.boot)
+        restored = execute(actions, args.reboot_allowed and not args.boot, not args.boot, takedown)
     except Reboot as exc:
         say(str(exc) + "; rebooting (the boot unit applies the layout)")
         run(["systemctl", "reboot"], check=False)
@@ -232,6 +307,9 @@ def apply_layout(args) -> int:
         say("failed: " + str(exc))
         say("state reached: " + state_reached(desired))
         return 1
+    except Interrupted as exc:
+        say(f"interrupted by {exc}; state reached: {state_reached(desired)}; a later run finishes the layout")
+        return 1
     after = probe()
     left = [a for a in mig_layout.plan_node(desired, after, (), True, False) if a.kind not in ("cdi-refresh",)]
     if left:
@@ -239,7 +317,7 @@ def apply_layout(args) -> int:
         say("state reached: " + state_reached(desired))
         return 1
     say("applied: " + state_reached(desired))
-    return 0
+    return 0 if restored else 1
 
 
 def record_types(snapshot: dict, path: str) -> None:
@@ -300,6 +378,12 @@ def main(argv=None) -> int:
     parser.add_argument("--vgpu-state", default=KNOWN_TYPES_FILE, help="where vGPU type names and IDs are recorded")
     parser.add_argument("--allow-drain", action="store_true", help="stop user processes instead of refusing")
     parser.add_argument("--reboot-allowed", action="store_true", help="reboot when a GPU reset cannot finish")
+    parser.add_argument("--allow-module-unload", action="store_true",
+                        help="unload nvidia_drm/nvidia_modeset for a GPU reset (loaded again after) instead of failing")
+    parser.add_argument("--procfs", default="/proc", help="where /proc/modules is read")
+    parser.add_argument("--record", default=record.default_path(),
+                        help="record of the units and modules an apply took down (default: $GPU_PROVISION_MIG_RECORD "
+                             "or " + record.RECORD_FILE + ")")
     parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin restart")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -309,6 +393,7 @@ def main(argv=None) -> int:
         parser.error("apply needs --layout FILE")
     if command == "vgpu" and not args.vgpu:
         parser.error("vgpu needs --vgpu FILE")
+    install()
     try:
         rc = 0
         if command in ("plan", "apply", "boot") and args.layout and os.path.exists(args.layout):
@@ -322,6 +407,9 @@ def main(argv=None) -> int:
         elif command == "vgpu":
             raise ApplyError(args.vgpu + ": no such file")
         return rc
-    except (ApplyError, ValueError, OSError) as exc:
+    except (ApplyError, record.RecordError, ValueError, OSError) as exc:
         say(f"failed: {exc}")
+        return 1
+    except Interrupted as exc:
+        say(f"interrupted by {exc}; a later run continues from the state reached")
         return 1
