@@ -1,0 +1,172 @@
+"""``diagnose``: a support bundle per node (``tar.gz``) and the doctor's findings over the fleet.
+
+    gpu-provision diagnose [INVENTORY] [--cluster FILE] [--limit NODE]... [--out DIR] [--json] [--no-bug-report]
+
+On each node the bundle's ``diagnose`` entry runs from a temporary folder (the installed bundle and every GPU
+setting stay as they are) and writes the archive, secrets hidden; the controller fetches it and adds what only it
+knows: the cluster file's expectations, the node's drift against the file and the last verification report
+(``reports/verify/<node>.json``). The doctor then reads each archive.
+
+Exit status: 0 no finding, 1 findings, 2 a node not reached or not collected (or a bad cluster file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shlex
+import tarfile
+import time
+from typing import Any
+
+from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
+
+#: Seconds the collection may take on a node (``nvidia-bug-report.sh`` alone may take three minutes).
+DEFAULT_TIMEOUT = 600.0
+#: Where ``gpu-provision verify`` (and the verify stage's deploys) keep each node's last report.
+VERIFY_REPORTS = "reports/verify"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``diagnose`` command."""
+    p = add_command(
+        sub, "diagnose", "collect a support bundle per node and name known faults (exit 0 none, 1 found, 2 error)",
+        "Collect a support bundle from every node (versions, nvidia-smi -q -x, the probe's state, drift against the "
+        "cluster file, the last verification report, NVIDIA kernel log lines, unit journals, managed configs, "
+        "nvidia-bug-report.sh output; secrets hidden on the node) into one tar.gz per node, then run the doctor's "
+        "rules on each and print the findings with their fixes. Nothing on the nodes is changed.",
+        ["gpu-provision diagnose --cluster site/cluster.yaml",
+         "gpu-provision diagnose --cluster site/cluster.yaml --limit gpu-01 --out /tmp/support --json"],
+        findings="a known fault found on a node", errors="a node not reached or its bundle not collected, "
+                                                         "or a bad cluster file")
+    add_fleet_options(p, f"seconds the collection may run on a node (default: {DEFAULT_TIMEOUT:.0f})")
+    p.add_argument("--out", metavar="DIR", help="folder for the bundles (default: ./diagnose-<UTC timestamp>/)")
+    p.add_argument("--no-bug-report", action="store_true", help="do not run nvidia-bug-report.sh on the nodes")
+    p.set_defaults(handler=run)
+
+
+def expectations_of(host: Any) -> Any:
+    """What the cluster file expects of the host's node, for the doctor (nothing for a host outside the file)."""
+    from gpu_provision.doctor import Expectations
+    from gpu_provision.inventory import cluster_for, node_for
+
+    try:
+        node, cluster = node_for(host), cluster_for(host)
+    except Exception:  # a host outside the cluster file (@local without GPU_PROVISION_NODE) is still collected
+        return Expectations()
+    image = node.verify.container_image
+    return Expectations(users=node.permissions.users, images={image: node.driver.cuda_min} if image else {},
+                        runtime=node.container_runtime.kind, kubernetes=cluster.kubernetes.enabled)
+
+
+def node_request(expect: Any, bug_report: bool) -> dict[str, Any]:
+    """The node entry's ``--request``: the users and images to read, and whether to run nvidia-bug-report.sh."""
+    return {"users": list(expect.users), "images": sorted(expect.images), "bug_report": bug_report}
+
+
+def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None) -> str:
+    """Run the node entry on one reached host, fetch its archive and complete it; returns the archive's path."""
+    from pyinfra.api import StringCommand
+    from pyinfra.context import ctx_host, ctx_state
+
+    from gpu_provision import bundle
+    from gpu_provision.errors import GpuProvisionError
+
+    host, expect = reached.host, expectations_of(reached.host)
+    sudo = {"_sudo": True} if host.data.get("_sudo") else {}
+    local = os.path.join(out, f"{host.name}.tar.gz")
+    with ctx_state.use(reached.state), ctx_host.use(host):
+        ok, made = host.run_shell_command(StringCommand("mktemp -d /tmp/gpu-provision-diagnose.XXXXXX"), **sudo)
+        if not ok or not made.stdout_lines:
+            raise GpuProvisionError(f"cannot make a temporary folder: {reached.log.last_error}")
+        remote = made.stdout_lines[-1].strip()
+        try:
+            if not host.put_file(io.BytesIO(bundle.build()), f"{remote}/{bundle.BUNDLE_NAME}", **sudo):
+                raise GpuProvisionError("cannot upload the node bundle")
+            command = bundle.command("diagnose", "--out", f"{remote}/bundle.tar.gz", "--request",
+                                     json.dumps(node_request(expect, bug_report)),
+                                     bundle=f"{remote}/{bundle.BUNDLE_NAME}")
+            ok, _ = host.run_shell_command(StringCommand(command), _timeout=timeout, **sudo)
+            if not ok or not host.get_file(f"{remote}/bundle.tar.gz", local, **sudo):
+                raise GpuProvisionError(f"collection failed: {reached.log.last_error}")
+        finally:
+            host.run_shell_command(StringCommand(f"rm -rf {shlex.quote(remote)}"), **sudo)
+        extras = {"expectations.json": expect.to_json(), "controller/drift.json": drift_of(reached)}
+    report = os.path.join(VERIFY_REPORTS, f"{host.name}.json")
+    if os.path.exists(report):
+        with open(report, encoding="utf-8") as handle:
+            extras["controller/verify-report.json"] = json.load(handle)
+    add_to_archive(local, extras)
+    return local
+
+
+def drift_of(reached: Any) -> dict[str, Any]:
+    """The node's drift against the cluster file, as ``gpu-provision drift --json`` gives one node."""
+    from gpu_provision.drift import load_stages
+    from gpu_provision.drift.collect import check_host, cluster_resolver
+
+    try:
+        return check_host(reached, load_stages(), cluster_resolver).to_json()
+    except Exception as exc:  # the bundle is worth keeping without its drift part; the file says why it lacks it
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def add_to_archive(path: str, documents: dict[str, Any]) -> None:
+    """Rewrite the ``tar.gz`` at ``path`` with ``documents`` (archive name -> JSON value) added."""
+    with tarfile.open(path, "r:gz") as archive:
+        members = [(m, archive.extractfile(m).read()) for m in archive.getmembers() if m.isfile()]  # type: ignore[union-attr]
+    with tarfile.open(path, "w:gz") as archive:
+        for member, data in members:
+            archive.addfile(member, io.BytesIO(data))
+        for name, value in documents.items():
+            data = json.dumps(value, indent=1, sort_keys=True).encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            archive.addfile(info, io.BytesIO(data))
+
+
+def diagnosis_of(result: Any) -> Any:
+    """A host's diagnosis from its fleet result: the doctor's findings on its archive, or why there is none."""
+    from gpu_provision.doctor import NodeDiagnosis, examine, from_archive
+
+    if result.unreached is not None:
+        return NodeDiagnosis(node=result.name, error=result.unreached)
+    if isinstance(result.value, Exception):
+        return NodeDiagnosis(node=result.name, error=str(result.value))
+    return NodeDiagnosis(node=result.name, bundle=result.value,
+                         findings=examine(from_archive(result.value, node=result.name)))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Collect every node's bundle, run the doctor on each, print the summary; returns the exit status."""
+    from gevent import monkey
+
+    monkey.patch_all()
+
+    from gpu_provision.doctor import FleetDiagnosis
+    from gpu_provision.errors import GpuProvisionError
+    from gpu_provision.fleet import load_inventory, run_fleet, settings_from
+
+    if not args.inventory.startswith("@") and not os.path.exists(args.inventory):
+        raise GpuProvisionError(f"{args.inventory}: no such inventory file")
+    use_cluster(args)
+    settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit,
+                             default_command_timeout=DEFAULT_TIMEOUT)
+    out = args.out or f"diagnose-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    os.makedirs(out, exist_ok=True)
+
+    def work(reached: Any) -> Any:
+        try:
+            return collect_host(reached, out, not args.no_bug_report, settings.command_timeout)
+        except GpuProvisionError as exc:  # reported as the node's error, the other nodes go on
+            return exc
+
+    fleet = run_fleet(load_inventory(args.inventory), work, settings, progress=progress(),
+                      failed=lambda value: isinstance(value, Exception))
+    summary = FleetDiagnosis(nodes=[diagnosis_of(r) for r in fleet.hosts], out=out)
+    with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as handle:
+        json.dump(summary.to_json(), handle, indent=1)
+    emit(args, summary.to_json(), summary.render)
+    return summary.exit_status

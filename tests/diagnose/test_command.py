@@ -1,0 +1,74 @@
+"""``gpu-provision diagnose`` as a user runs it: one bundle per node, the doctor's summary, exit statuses."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from diagnose_samples import EXPECT
+
+from gpu_provision.commands.diagnose import add_to_archive, node_request
+from gpu_provision.doctor import RULES, Finding, FleetDiagnosis, NodeDiagnosis, from_archive
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def diagnose(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_provision.cli", "diagnose", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_local_host_gives_a_bundle_and_a_summary(tmp_path):
+    proc = diagnose("@local", "--out", str(tmp_path / "out"), "--no-bug-report", "--config", "absent.py", "--json",
+                    cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    [node] = json.loads(proc.stdout)["nodes"]
+    assert node["error"] is None and node["bundle"] == str(tmp_path / "out" / "@local.tar.gz")
+    with tarfile.open(node["bundle"]) as archive:
+        names = set(archive.getnames())
+    assert {"manifest.json", "probe.json", "kernel/nvidia.log", "expectations.json", "controller/drift.json"} <= names
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == json.loads(proc.stdout)
+
+
+def test_unreachable_node_exits_2(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(json.dumps({"version": "v1", "cluster": {
+        "name": "diagnose-test", "kubernetes": {"enabled": False},
+        "ssh": {"user": "root", "connect_timeout": 1, "strict_host_key_checking": False}},
+        "nodes": [{"name": "down", "address": "127.0.0.1", "ssh": {"port": port}}]}))
+    proc = diagnose("inventory.py", "--cluster", str(cluster), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert f"down: not diagnosed: unreachable: Could not connect ([Errno None] Unable to connect to port {port}" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_node_request_and_controller_documents(tmp_path):
+    assert node_request(EXPECT, bug_report=False) == {
+        "users": ["alice"], "images": ["nvidia/cuda:12.8.1-base-ubuntu24.04"], "bug_report": False}
+    path = tmp_path / "n.tar.gz"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"version": 1, "node": "gpu-01"}))
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(manifest, arcname="manifest.json")
+    add_to_archive(str(path), {"expectations.json": EXPECT.to_json()})
+    assert from_archive(str(path)).expect == EXPECT
+
+
+def test_summary_and_exit_status():
+    rule = RULES[0]
+    found = NodeDiagnosis(node="gpu-01", bundle="out/gpu-01.tar.gz", findings=[Finding(rule, "an image")])
+    clean = NodeDiagnosis(node="gpu-02", bundle="out/gpu-02.tar.gz")
+    assert FleetDiagnosis([clean], "out").exit_status == 0
+    assert FleetDiagnosis([clean, found], "out").exit_status == 1
+    assert FleetDiagnosis([found, NodeDiagnosis(node="gpu-03", error="unreachable")], "out").exit_status == 2
+    text = FleetDiagnosis([found, clean], "out").render()
+    assert text.splitlines()[:3] == ["gpu-01: 1 finding (out/gpu-01.tar.gz)", f"  [{rule.id}] an image",
+                                     f"    fix: {rule.fix}"]
+    assert text.splitlines()[-1] == "2 node(s): 1 with findings, 0 not diagnosed; bundles in out"
