@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.node.mig.model import Placement as MigInstance
+from gpu_provision.node.mig.model import GpuLayout, Placement
 from gpu_provision.spec import catalog
 from gpu_provision.spec.settings import default
 
@@ -67,7 +67,7 @@ class Expectations:
     bandwidth_ratio: float = DEFAULT_BANDWIDTH_RATIO
     persistence: bool = True
     ecc: bool = True
-    mig: dict[int, list[MigInstance]] = field(default_factory=dict)
+    mig: dict[int, GpuLayout] = field(default_factory=dict)
     device_permissions: dict[str, str] | None = None
     container: ExpectedRuntime = field(default_factory=ExpectedRuntime)
     kubernetes: ExpectedKubernetes = field(default_factory=ExpectedKubernetes)
@@ -84,7 +84,7 @@ class Expectations:
             "bandwidth_ratio": self.bandwidth_ratio,
             "persistence": self.persistence,
             "ecc": self.ecc,
-            "mig": {str(index): [asdict(i) for i in layout] for index, layout in sorted(self.mig.items())},
+            "mig": {str(index): [asdict(p) for p in layout.placements] for index, layout in sorted(self.mig.items())},
             "device_permissions": self.device_permissions,
             "container": asdict(self.container),
             "kubernetes": asdict(self.kubernetes),
@@ -105,9 +105,12 @@ def _model(key: str) -> catalog.GpuModel:
     return known[key]
 
 
-def _instances(layout: Any) -> list[MigInstance]:
-    return [item if isinstance(item, MigInstance) else MigInstance(str(item["profile"]), int(item["start"]),
-                                                                   int(item["size"])) for item in layout]
+def _layout(layout: GpuLayout | list[Any]) -> GpuLayout:
+    """A GPU's wanted layout, given as a :class:`GpuLayout` or as a list of placements or their dicts (in the
+    order given, which the expectations file keeps)."""
+    if isinstance(layout, GpuLayout):
+        return layout
+    return GpuLayout(True, tuple(p if isinstance(p, Placement) else Placement.from_dict(p) for p in layout))
 
 
 def build_expectations(node: str, model: str, count: int, *, driver_version: str | None = None,
@@ -125,7 +128,8 @@ def build_expectations(node: str, model: str, count: int, *, driver_version: str
     + count: GPUs the node must have
     + driver_version: pinned version (``580.159.04``) or branch (``580``); None skips the check
     + cuda_min: lowest CUDA version the driver must support (``12.4``)
-    + mig: per GPU index, the layout as ``MigInstance``s or ``{profile, start, size}`` dicts (absent = MIG off)
+    + mig: per GPU index, the layout as a ``GpuLayout``, or a list of ``Placement``s or ``{profile, start, size}``
+      dicts (absent or a disabled ``GpuLayout`` = MIG off)
     + device_permissions: ``{"group": "video", "mode": "0660"}`` for /dev/nvidia*; None skips the check
     + container, kubernetes: ``ExpectedRuntime`` / ``ExpectedKubernetes`` or dicts of their fields
     + paths: overrides for test rigs (``sysfs``, ``dev``, ``proc``, ``nvidia_smi``, ``libcuda``,
@@ -141,6 +145,7 @@ def build_expectations(node: str, model: str, count: int, *, driver_version: str
                       mig_memory_slices=facts.mig.memory_slices if facts.mig else None)
     if mig and not facts.mig:
         raise GpuProvisionError(f"node {node}: MIG layout given but {model} has no MIG support")
+    wanted_mig = {int(i): _layout(layout) for i, layout in (mig or {}).items() if layout is not None}
     if isinstance(container, dict):
         container = ExpectedRuntime(**container)
     if isinstance(kubernetes, dict):
@@ -148,12 +153,12 @@ def build_expectations(node: str, model: str, count: int, *, driver_version: str
     return Expectations(
         node=node, gpu=gpu, driver_version=driver_version, cuda_min=cuda_min, bandwidth_ratio=bandwidth_ratio,
         persistence=persistence, ecc=ecc,
-        mig={int(i): _instances(layout) for i, layout in (mig or {}).items() if layout is not None},
+        mig={i: layout for i, layout in wanted_mig.items() if layout.enabled},
         device_permissions=device_permissions, container=container or ExpectedRuntime(),
         kubernetes=kubernetes or ExpectedKubernetes(), paths=dict(paths or {}))
 
 
-def mig_resources(layouts: dict[int, list[MigInstance]], count: int, strategy: str = "mixed") -> dict[str, int]:
+def mig_resources(layouts: dict[int, GpuLayout], count: int, strategy: str = "mixed") -> dict[str, int]:
     """The allocatable resources the NVIDIA device plugin advertises for these layouts.
 
     ``mixed`` names one resource per profile (``nvidia.com/mig-3g.71gb``); ``single`` counts every slice as
@@ -164,13 +169,13 @@ def mig_resources(layouts: dict[int, list[MigInstance]], count: int, strategy: s
     if whole:
         resources_["nvidia.com/gpu"] = whole
     for layout in layouts.values():
-        for instance in layout:
+        for instance in layout.placements:
             key = "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{instance.profile}"
             resources_[key] = resources_.get(key, 0) + 1
     return resources_
 
 
-def allocatable_for(count: int, layouts: dict[int, list[MigInstance]], mig_strategy: str = "none",
+def allocatable_for(count: int, layouts: dict[int, GpuLayout], mig_strategy: str = "none",
                     replicas: int = 1, renamed: bool = False) -> dict[str, int]:
     """What the NVIDIA device plugin advertises for a node: MIG resources per strategy, time-slicing replicas."""
     if layouts and mig_strategy in ("single", "mixed"):
@@ -181,7 +186,8 @@ def allocatable_for(count: int, layouts: dict[int, list[MigInstance]], mig_strat
 
 def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
-    layouts = {index: list(layout.placements) for index, layout in node.mig.layouts.items() if layout.enabled}
+    layouts = {index: GpuLayout(True, layout.placements) for index, layout in node.mig.layouts.items()
+               if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
     image = node.verify.container_image

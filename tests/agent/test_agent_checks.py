@@ -128,6 +128,16 @@ def test_mig_layout_order_does_not_matter(gpu: dict[str, Any], expect: dict[str,
     assert (mode.status, layout.status, cis.status) == ("pass", "pass", "pass")
 
 
+def test_mig_layout_reported_in_start_order(gpu: dict[str, Any], expect: dict[str, Any]) -> None:
+    """Wanted and found layouts are compared as GpuLayouts and shown as placement dicts in start order."""
+    expect["mig"] = {"0": [{"profile": "1g.18gb", "start": 6, "size": 1}, {"profile": "3g.71gb", "start": 0, "size": 4}]}
+    lgi = [{"gpu": 0, "profile": "1g.18gb", "profile_id": 19, "instance_id": 13, "start": 6, "size": 1},
+           {"gpu": 0, "profile": "3g.71gb", "profile_id": 9, "instance_id": 2, "start": 0, "size": 4}]
+    _, layout, _ = checks.mig_checks(dict(gpu, mig_current=True, mig_pending=True), expect, lgi, [])
+    in_order = [{"profile": "3g.71gb", "start": 0, "size": 4}, {"profile": "1g.18gb", "start": 6, "size": 1}]
+    assert layout.status == "pass" and layout.measured == layout.expected == in_order
+
+
 def test_mig_same_profiles_other_placement_fails(gpu: dict[str, Any], expect: dict[str, Any]) -> None:
     expect["mig"] = {"0": [{"profile": "1g.18gb", "start": 6, "size": 1}]}
     lgi = [{"gpu": 0, "profile": "1g.18gb", "profile_id": 19, "instance_id": 7, "start": 0, "size": 1}]

@@ -51,11 +51,19 @@ def test_profile_table_from_the_model_file_keeps_its_facts_out_of_comparisons() 
     assert table.profile("3g.40gb") is None
 
 
+def test_placements_read_from_any_mapping_and_layouts_equal_in_any_order() -> None:
+    row = {"gpu": 0, "profile": "3g.71gb", "profile_id": 9, "instance_id": 2, "start": 4, "size": 4}
+    assert Placement.from_dict(row) == Placement.from_dict({"profile": "3g.71gb", "start": "4", "size": "4"}) == \
+        Placement("3g.71gb", 4, 4)
+    small, large = Placement("1g.18gb", 0, 1), Placement("3g.71gb", 4, 4)
+    assert GpuLayout.placed([large, small]) == GpuLayout.placed([small, large]) == GpuLayout(True, (small, large))
+
+
 def test_the_cluster_model_verification_and_plan_share_the_type() -> None:
     node = load_cluster(REPO / "inventory" / "cluster.yaml").node("h200-01")
     placements = node.mig.layouts[0].placements
     assert all(type(p) is Placement for p in placements)
-    assert from_node(node).mig[0] == list(placements)
+    assert from_node(node).mig[0] == GpuLayout(True, placements)
 
 
 # --- the placement search -----------------------------------------------------------------------------------------

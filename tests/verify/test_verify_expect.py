@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.node.mig.model import GpuLayout, Placement
 from gpu_provision.spec import load_cluster
 from gpu_provision.verify.expect import (
-    MigInstance,
     allocatable_for,
     build_expectations,
     from_node,
@@ -32,9 +32,18 @@ def test_model_facts_come_from_the_data_file() -> None:
 
 def test_to_json_is_stable() -> None:
     one = build_expectations("a", "H200", 1, mig={0: [{"profile": "7g.141gb", "start": 0, "size": 8}]})
-    two = build_expectations("a", "H200", 1, mig={0: [MigInstance("7g.141gb", 0, 8)]})
+    two = build_expectations("a", "H200", 1, mig={0: [Placement("7g.141gb", 0, 8)]})
     assert one.to_json() == two.to_json()
     assert json.loads(one.to_json())["mig"] == {"0": [{"profile": "7g.141gb", "start": 0, "size": 8}]}
+
+
+def test_mig_layouts_as_the_one_type() -> None:
+    """Lists of placements or dicts become GpuLayouts in the order given; a disabled layout means MIG off."""
+    placed = (Placement("3g.71gb", 4, 4), Placement("3g.71gb", 0, 4))
+    expect = build_expectations("a", "H200", 2, mig={0: GpuLayout(True, placed), 1: GpuLayout(False)})
+    assert expect.mig == {0: GpuLayout(True, placed)}
+    assert expect.to_dict()["mig"] == {"0": [{"profile": "3g.71gb", "start": 4, "size": 4},
+                                             {"profile": "3g.71gb", "start": 0, "size": 4}]}
 
 
 def test_unknown_model_and_mig_on_non_mig_model() -> None:
@@ -45,7 +54,8 @@ def test_unknown_model_and_mig_on_non_mig_model() -> None:
 
 
 def test_device_plugin_resources() -> None:
-    layouts = {0: [MigInstance("3g.71gb", 0, 4), MigInstance("3g.71gb", 4, 4)], 1: [MigInstance("7g.141gb", 0, 8)]}
+    layouts = {0: GpuLayout(True, (Placement("3g.71gb", 0, 4), Placement("3g.71gb", 4, 4))),
+               1: GpuLayout(True, (Placement("7g.141gb", 0, 8),))}
     assert mig_resources(layouts, 3) == {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.71gb": 2,
                                          "nvidia.com/mig-7g.141gb": 1}
     assert mig_resources(layouts, 2, "single") == {"nvidia.com/gpu": 3}

@@ -128,7 +128,7 @@ def gpu_steps(index: int, want: GpuLayout, gpu: dict | None) -> GpuPlan:
     remaining = list(want.placements)
     keep = []
     for gi in gis:
-        key = _placement(gi)
+        key = Placement.from_dict(gi)
         if key in remaining:
             remaining.remove(key)
             keep.append(gi)
@@ -234,18 +234,13 @@ def commands(action: Action) -> list:
     return []
 
 
-def _placement(gi: dict) -> Placement:
-    return Placement(gi["profile"], gi["start"], gi["size"])
-
-
 def found_layout(gpu: dict | None) -> GpuLayout | None:
     """The layout a probed GPU has now (None when it is absent or does not support MIG)."""
     if gpu is None or gpu.get("mig_current") is None:
         return None
     if not gpu["mig_current"]:
         return GpuLayout(False)
-    return GpuLayout(True, tuple(sorted((_placement(gi) for gi in gpu.get("gis", [])),
-                                        key=lambda p: (p.start, p.profile))))
+    return GpuLayout.placed(Placement.from_dict(gi) for gi in gpu.get("gis", []))
 
 
 def describe_gpu(gpu: dict | None) -> str:
@@ -257,7 +252,7 @@ def describe_gpu(gpu: dict | None) -> str:
         return "MIG not supported"
     if not current:
         return "MIG enable pending" if pending else "MIG disabled"
-    text = fmt_placements(_placement(gi) for gi in gpu.get("gis", []))
+    text = fmt_placements(Placement.from_dict(gi) for gi in gpu.get("gis", []))
     missing_ci = [gi for gi in gpu.get("gis", []) if _full_ci(gi) is None]
     if missing_ci:
         text += " (no compute instance on " + ", ".join(f"GPU instance {gi['id']}" for gi in missing_ci) + ")"

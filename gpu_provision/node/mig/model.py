@@ -23,6 +23,12 @@ class Placement:
     def __str__(self) -> str:
         return f"{self.profile}@{self.start}:{self.size}"
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Placement:
+        """A placement from any mapping with ``profile``, ``start`` and ``size``: the expectations file's entries,
+        the probe's GPU instances and the rows of ``nvidia-smi mig -lgi`` (:mod:`.nvsmi`) alike."""
+        return cls(str(data["profile"]), int(data["start"]), int(data["size"]))
+
     @property
     def slices(self) -> range:
         """The memory slices the instance occupies."""
@@ -44,6 +50,12 @@ class GpuLayout:
 
     enabled: bool
     placements: Tuple[Placement, ...] = ()
+
+    @classmethod
+    def placed(cls, placements: Iterable[Placement]) -> GpuLayout:
+        """An enabled layout with ``placements`` in start order, so two layouts holding the same instances are equal
+        whatever order they were listed or read in."""
+        return cls(True, tuple(sorted(placements, key=lambda p: (p.start, p.size, p.profile))))
 
     def __str__(self) -> str:
         if not self.enabled:

@@ -8,8 +8,10 @@ expectation makes a failure.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any
 
+from ..mig.model import GpuLayout, Placement
 from .nvsmi import device_count, parse_list
 from .report import Check, failed, judge, passed, skipped
 
@@ -211,13 +213,17 @@ def pcie_checks(gpu: dict[str, Any], relinked: tuple[int | None, int | None] | N
     return checks
 
 
-def _layout_key(item: dict[str, Any]) -> tuple[int, int, str]:
-    return (int(item["start"]), int(item["size"]), str(item["profile"]))
+def _placements(layout: GpuLayout) -> list[dict[str, Any]]:
+    """A layout's placements as the report shows them: ``[{profile, start, size}]`` in start order."""
+    return [asdict(p) for p in layout.placements]
 
 
 def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, Any]] | None,
                lci: list[dict[str, Any]] | None) -> list[Check]:
-    """gpuN.mig.mode, gpuN.mig.layout and gpuN.mig.compute_instances against the cluster file's layout."""
+    """gpuN.mig.mode, gpuN.mig.layout and gpuN.mig.compute_instances against the cluster file's layout.
+
+    The wanted and the found layout are compared as :class:`GpuLayout` values of the one MIG model.
+    """
     index, subject = gpu["index"], _subject(gpu["index"])
     wanted = (expect.get("mig") or {}).get(str(index))
     want_enabled = wanted is not None
@@ -236,26 +242,24 @@ def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, 
                               f"MIG is {_state(current)}, the cluster file wants it {_state(want_enabled)}"))
     if not want_enabled:
         return checks
-    expected_layout = sorted(({"profile": i["profile"], "start": int(i["start"]), "size": int(i["size"])}
-                              for i in wanted or []), key=_layout_key)
+    expected = GpuLayout.placed(Placement.from_dict(i) for i in wanted or [])
     if lgi is None:
         checks.append(skipped(f"gpu{index}.mig.layout", "nvidia-smi mig -lgi gave no answer",
-                              expected=expected_layout, **subject))
+                              expected=_placements(expected), **subject))
         return checks
     mine = [r for r in lgi if r["gpu"] == index]
-    actual = sorted(({"profile": r["profile"], "start": r["start"], "size": r["size"]} for r in mine),
-                    key=_layout_key)
-    if actual == expected_layout:
-        checks.append(passed(f"gpu{index}.mig.layout", actual, expected_layout, **subject))
+    found = GpuLayout.placed(Placement.from_dict(r) for r in mine)
+    if found == expected:
+        checks.append(passed(f"gpu{index}.mig.layout", _placements(found), _placements(expected), **subject))
     else:
-        missing = [i for i in expected_layout if i not in actual]
-        extra = [i for i in actual if i not in expected_layout]
+        missing = [p for p in expected.placements if p not in found.placements]
+        extra = [p for p in found.placements if p not in expected.placements]
         parts = []
         if missing:
-            parts.append("missing " + ", ".join(f"{i['profile']}@{i['start']}" for i in missing))
+            parts.append("missing " + ", ".join(f"{p.profile}@{p.start}" for p in missing))
         if extra:
-            parts.append("unexpected " + ", ".join(f"{i['profile']}@{i['start']}" for i in extra))
-        checks.append(failed(f"gpu{index}.mig.layout", actual, expected_layout,
+            parts.append("unexpected " + ", ".join(f"{p.profile}@{p.start}" for p in extra))
+        checks.append(failed(f"gpu{index}.mig.layout", _placements(found), _placements(expected),
                              "MIG layout differs: " + "; ".join(parts), **subject))
     if lci is None:
         checks.append(skipped(f"gpu{index}.mig.compute_instances", "nvidia-smi mig -lci gave no answer",
