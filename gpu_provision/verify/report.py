@@ -5,24 +5,18 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 
+from gpu_provision.spec.schema import load_schema
+
 SCHEMA_FILE = "verify-report.v1.schema.json"
 
 
-@lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
-    """The report's JSON Schema (``schemas/verify-report.v1.schema.json`` at the project root)."""
-    here = Path(__file__).resolve()
-    for base in (here.parents[2] / "schemas", here.parents[1] / "schemas"):
-        if (base / SCHEMA_FILE).exists():
-            loaded: dict[str, Any] = json.loads((base / SCHEMA_FILE).read_text())
-            return loaded
-    raise FileNotFoundError(f"{SCHEMA_FILE} not found next to the package")
+    """The report's JSON Schema (``gpu_provision/schemas/verify-report.v1.schema.json``), read from the package."""
+    return load_schema(SCHEMA_FILE)
 
 
 def schema_problems(report: Any) -> list[str]:
