@@ -71,7 +71,7 @@ def cluster_for(host: Any) -> Cluster:
     """The typed cluster a pyinfra host belongs to.
 
     Hosts from ``inventory.py`` carry their cluster file; others (``pyinfra @local ...``) use
-    ``GPU_PROVISION_CLUSTER``.
+    ``GPU_PROVISION_CLUSTER``, else ``./cluster.yaml`` (:func:`~gpu_provision.spec.cluster_file_from_env`).
     """
     return cluster(host.data.get("gpu_provision_cluster_file") or cluster_file_from_env())
 
