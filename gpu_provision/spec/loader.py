@@ -14,6 +14,7 @@ from pathlib import Path as FsPath
 from typing import Any, cast
 
 from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
+from gpu_provision.node.mig import migparted as node_migparted
 from gpu_provision.spec import catalog, migparted
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.model import (
@@ -197,7 +198,7 @@ def _load_mig_parted(ctx: Context) -> None:
     except SpecError as exc:
         ctx.problems.extend(exc.problems)
         return
-    problems = migparted.check_document(doc)
+    problems = node_migparted.check(doc)
     for sub, message in problems:
         ctx.add(where, f"{path}: {format_path(sub)}: {message}")
     if not problems:

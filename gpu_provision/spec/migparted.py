@@ -11,14 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_provision.node.mig import migparted
-from gpu_provision.node.mig.migparted import Requested, check
+from gpu_provision.node.mig.migparted import Requested
 from gpu_provision.spec.catalog import GpuModel
 from gpu_provision.spec.model import MigLayout, Node
 
-__all__ = ["check_document", "export", "layouts_for", "node_config"]
-
-#: Problems of a mig-parted document as (path, message) pairs; empty when it is valid.
-check_document = check
+__all__ = ["export", "layouts_for", "node_config"]
 
 
 def layouts_for(doc: dict[str, Any], config: str, model: GpuModel, count: int) -> dict[int, MigLayout]:

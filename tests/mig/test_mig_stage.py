@@ -17,7 +17,7 @@ from gpu_provision.node.probe import mig as probe
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
 from gpu_provision.spec import catalog, load_cluster
-from gpu_provision.spec.migparted import check_document, node_config
+from gpu_provision.spec.migparted import node_config
 from gpu_provision.stages import mig as stage
 from gpu_provision.state import NodeStateData
 
@@ -62,7 +62,7 @@ def test_layout_file_is_migparted_v1_in_json() -> None:
     text = agent_mig.layout_text(H200)
     doc = json.loads(text)
     assert yaml.safe_load(text) == doc
-    assert check_document(doc) == []
+    assert migparted.check(doc) == []
     assert doc["mig-configs"]["h200-01"] == node_config(H200, catalog.model("H200"))
     # What the node-side applier reads back from it, for the node's eight GPUs.
     layouts = migparted.requested(doc, None, [(g["index"], [g["pci_device_id"]]) for g in snapshot(False)["gpus"]])

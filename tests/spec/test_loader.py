@@ -7,8 +7,9 @@ from pathlib import Path
 import yaml
 
 from gpu_provision.cli import main
+from gpu_provision.node.mig.migparted import check
 from gpu_provision.spec import catalog, load_cluster
-from gpu_provision.spec.migparted import check_document, layouts_for
+from gpu_provision.spec.migparted import layouts_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "cluster.yaml"
@@ -59,7 +60,7 @@ def test_export_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "exported.yaml"
     assert main(["export", "mig-parted", str(out), "--cluster", str(EXAMPLE)]) == 0
     doc = yaml.safe_load(out.read_text())
-    assert check_document(doc) == []
+    assert check(doc) == []
     cluster = load_cluster(EXAMPLE)
     for name in ("h200-01", "a100-01"):
         node = cluster.node(name)
