@@ -84,6 +84,37 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _gpu_index(item: str) -> int | None:
+    head, _, index = item.partition(" ")
+    return int(index) if head == "GPU" and index.isdigit() else None
+
+
+def _collapsed(differences: list[Difference]) -> list[tuple[Difference, str]]:
+    """Each difference with the item to print; consecutive GPUs that differ alike share a line (``GPU 0-7``)."""
+    out: list[tuple[Difference, str]] = []
+    run: list[Difference] = []
+
+    def flush() -> None:
+        if run:
+            first, last = run[0], run[-1]
+            out.append((first, first.item if len(run) == 1 else f"{first.item}-{_gpu_index(last.item)}"))
+            run.clear()
+
+    for diff in differences:
+        index = _gpu_index(diff.item)
+        previous = _gpu_index(run[-1].item) if run else None
+        alike = (diff.stage, diff.kind, diff.expected, diff.actual) == (
+            (run[0].stage, run[0].kind, run[0].expected, run[0].actual) if run else None)
+        if run and not (alike and index is not None and previous is not None and index == previous + 1):
+            flush()
+        if index is None:
+            out.append((diff, diff.item))
+        else:
+            run.append(diff)
+    flush()
+    return out
+
+
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(map(str, value)) + "]"
@@ -144,15 +175,15 @@ class FleetReport:
             head = {"in-sync": "in sync", "drift": f"drift ({len(node.differences)})",
                     "error": f"incomplete ({len(node.differences)} differences)"}[node.status]
             lines.append(f"{node.name:<{width}}  {head}  [{cost}]")
-            for diff in node.differences:
+            for diff, item in _collapsed(node.differences):
                 where = f"{diff.stage}: " if diff.stage else ""
                 content = node.diff_of(diff).get("diff")
                 if content:
                     what = "absent, expected" if diff.actual == "absent" else "content differs (- on the node, + expected)"
-                    lines.append(f"  {where}{diff.kind} {diff.item}: {what}:")
+                    lines.append(f"  {where}{diff.kind} {item}: {what}:")
                     lines.extend(f"      {line}" for line in content.splitlines())
                     continue
-                lines.append(f"  {where}{diff.kind} {diff.item}: expected {_text(diff.expected)}, "
+                lines.append(f"  {where}{diff.kind} {item}: expected {_text(diff.expected)}, "
                              f"found {_text(diff.actual)}")
             lines.extend(f"  problem: {p}" for p in node.problems)
         counts = self.counts()

@@ -8,8 +8,8 @@ from drift_samples import DAEMON_JSON
 from test_compare import CLUSTER, NODE
 
 from gpu_provision.desired import FileWant, sha256
-from gpu_provision.drift import FleetReport, NodeReport, node_differences, node_request
 from gpu_provision.diff import file_diff, redact
+from gpu_provision.drift import FleetReport, NodeReport, node_differences, node_request
 from gpu_provision.drift.schema import REPORT_SCHEMA
 from gpu_provision.state import FileState, NodeStateData
 
@@ -90,3 +90,17 @@ def test_pyinfra_diff_shows_the_same_content_diff_for_managed_files(caplog):
     assert "Will modify /etc/a.conf" in text and "Will create /etc/b.conf" in text
     assert "+Environment=HTTPS_PROXY=http://***:***@proxy:3128" in text and "+x" in text
     assert "hunter2" not in text and "old@" not in text
+
+
+def test_gpus_that_differ_alike_share_one_line():
+    from gpu_provision.desired import Difference
+
+    same = [Difference("mig-layout", f"GPU {i}", "1g.18gb x7", "MIG disabled", "mig") for i in range(8)]
+    other = Difference("mig-layout", "GPU 9", "1g.18gb x7", "MIG disabled", "mig")
+    package = Difference("package", "containerd", "1.7", "1.6", "runtime")
+    node = NodeReport(name="gpu-01", address="", differences=[package, *same, other])
+    lines = FleetReport(nodes=[node], stages=["mig"]).render().splitlines()
+    assert lines[1:4] == ["  runtime: package containerd: expected 1.7, found 1.6",
+                          "  mig: mig-layout GPU 0-7: expected 1g.18gb x7, found MIG disabled",
+                          "  mig: mig-layout GPU 9: expected 1g.18gb x7, found MIG disabled"]
+    assert len(node.to_json()["differences"]) == 10
