@@ -2,7 +2,8 @@
 
 import glob
 import os
-import subprocess
+
+from .mig import run
 
 QUERY = ("index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.current,mig.mode.pending,"
          "persistence_mode,pci.device_id")
@@ -28,15 +29,6 @@ def _pci():
     return out
 
 
-def _smi(args):
-    try:
-        proc = subprocess.run(["nvidia-smi"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, str(exc)
-    return proc.returncode, proc.stdout
-
-
 def _devices():
     out = {}
     for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
@@ -52,7 +44,7 @@ def _devices():
 
 def collect(request):
     """Read GPUs; ``request`` is unused (the section always reads everything, it is cheap)."""
-    rc, text = _smi(["--query-gpu=" + QUERY, "--format=csv,noheader,nounits"])
+    rc, text = run(["nvidia-smi", "--query-gpu=" + QUERY, "--format=csv,noheader,nounits"])
     gpus = []
     if rc == 0:
         keys = QUERY.split(",")
