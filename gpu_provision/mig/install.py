@@ -66,14 +66,19 @@ def flags(node: Node) -> list[str]:
     out = []
     if node.mig.allow_drain:
         out.append("--allow-drain")
+    if node.mig.allow_module_unload:
+        out.append("--allow-module-unload")
     if node.driver.reboot == "allowed":
         out.append("--reboot-allowed")
     return out
 
 
 def unit_text(node: Node) -> str:
-    """The boot unit; it never reboots (``boot`` implies that) but drains when the node allows it."""
-    boot_flags = " --allow-drain" if node.mig.allow_drain else ""
+    """The boot unit; it never reboots (``boot`` implies that) but drains and unloads the display modules for a
+    GPU reset when the node allows it."""
+    boot_flags = "".join(flag for flag, allowed in ((" --allow-drain", node.mig.allow_drain),
+                                                    (" --allow-module-unload", node.mig.allow_module_unload))
+                         if allowed)
     return UNIT.format(layout=LAYOUT_FILE, vgpu=VGPU_FILE, bundle=bundle.BUNDLE_PATH, entry=ENTRY, flags=boot_flags)
 
 

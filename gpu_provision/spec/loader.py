@@ -123,7 +123,8 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
                 layouts[gpu] = per_gpu[gpu]
         elif per_gpu is not None:
             layouts[gpu] = per_gpu
-    return Mig(layouts=layouts, allow_drain=bool(mig.get("allow_drain", default("mig.allow_drain"))))
+    return Mig(layouts=layouts, allow_drain=bool(mig.get("allow_drain", default("mig.allow_drain"))),
+               allow_module_unload=bool(mig.get("allow_module_unload", default("mig.allow_module_unload"))))
 
 
 def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings) -> Node:

@@ -198,6 +198,8 @@ class Mig:
     layouts: dict[int, MigLayout] = field(default_factory=dict)
     #: Stop user processes holding a GPU instead of refusing the change.
     allow_drain: bool = default("mig.allow_drain")
+    #: Unload nvidia_drm/nvidia_modeset for a GPU reset (a MIG mode change) instead of failing.
+    allow_module_unload: bool = default("mig.allow_module_unload")
 
     @property
     def enabled(self) -> bool:

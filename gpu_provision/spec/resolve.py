@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpu_provision.spec import catalog, mig
-from gpu_provision.spec.model import Cluster, Mig, MigLayout, MigStrategy, Node
+from gpu_provision.spec.model import Cluster, MigLayout, MigStrategy, Node
 from gpu_provision.spec.yamlsafe import Path
 
 NODE_ONLY = ("name", "address", "group")
@@ -90,7 +90,7 @@ def _derive_node(node: Node) -> Node:
     layouts: dict[int, MigLayout] = {}
     for gpu, layout in sorted(node.mig.layouts.items()):
         layouts[gpu] = replace(layout, placements=mig.plan(model.mig, layout.profiles)) if layout.enabled else layout
-    node = replace(node, mig=Mig(layouts=layouts, allow_drain=node.mig.allow_drain))
+    node = replace(node, mig=replace(node.mig, layouts=layouts))
     if node.mig.enabled and node.device_plugin.mig_strategy == "none":
         node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=mig_strategy_for(layouts)))
     return node

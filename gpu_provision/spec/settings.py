@@ -147,6 +147,9 @@ _mig = _obj(
         },
         "allow_drain": _b("When user processes hold a GPU that needs a MIG change, stop them instead of refusing.",
                           default=False),
+        "allow_module_unload": _b("When the kernel modules nvidia_drm and nvidia_modeset keep the GPU reset that "
+                                  "finishes a MIG mode change from running, unload them for the reset and load them "
+                                  "again after it, instead of failing with their names.", default=False),
     },
 )
 

@@ -127,3 +127,21 @@ def test_no_driver_yet_leaves_the_decision_to_the_applier() -> None:
     actions = mig_ops.node_actions(H200, NodeStateData({"mig": missing}))
     assert [a.kind for a in actions] == ["refuse"]
     assert mig_ops.commands_for(H200, actions) == [agent_mig.apply_command(H200, "apply")]
+
+
+def test_module_unload_setting_reaches_the_applier_and_the_boot_unit(tmp_path: Path) -> None:
+    """``mig.allow_module_unload`` (default false) becomes ``--allow-module-unload`` on the deploy's apply and in
+    the boot unit, through the loader and the derived model."""
+    assert "--allow-module-unload" not in agent_mig.apply_command(H200, "apply") + agent_mig.unit_text(H200)
+    for name in ("cluster.yaml", "mig-parted.yaml"):
+        (tmp_path / name).write_text((REPO / "inventory" / name).read_text())
+    doc = yaml.safe_load((tmp_path / "cluster.yaml").read_text())
+    node = next(n for n in doc["nodes"] if n["name"] == "h200-01")
+    node.setdefault("mig", {})["allow_module_unload"] = True
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    allowed = load_cluster(tmp_path / "cluster.yaml").node("h200-01")
+    assert allowed.mig.allow_module_unload and allowed.mig.layouts == H200.mig.layouts
+    assert agent_mig.apply_command(allowed, "apply").endswith(
+        "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01 --allow-module-unload")
+    assert (" mig-apply boot --layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json "
+            "--allow-module-unload\n") in agent_mig.unit_text(allowed)
