@@ -20,7 +20,7 @@ from gpu_provision.state import NodeStateData, Request
 def node_request(node: Node, cluster: Cluster, stages: Sequence[Any]) -> Request:
     """Everything the probe must read to compare every stage on ``node`` (one remote command), with the text of
     every file compared, so a file that differs is shown as a diff without asking the node again (the probe
-    returns text only for regular files of at most ``MAX_CONTENT`` bytes)."""
+    returns text only for regular UTF-8 files of at most ``MAX_CONTENT`` bytes)."""
     request = Request()
     for stage in stages:
         request = request.merge(stage.request(node, cluster))

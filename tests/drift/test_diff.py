@@ -104,3 +104,17 @@ def test_gpus_that_differ_alike_share_one_line():
                           "  mig: mig-layout GPU 0-7: expected 1g.18gb x7, found MIG disabled",
                           "  mig: mig-layout GPU 9: expected 1g.18gb x7, found MIG disabled"]
     assert len(node.to_json()["differences"]) == 10
+
+
+def test_the_probe_returns_text_of_small_text_files_only(tmp_path):
+    from gpu_provision.node.probe import files as probe_files
+
+    text, binary, large = tmp_path / "a.conf", tmp_path / "bundle.pyz", tmp_path / "big.conf"
+    text.write_text("password=x\n")
+    binary.write_bytes(b"PK\x03\x04\xff\xfe")
+    large.write_text("x" * (probe_files.MAX_CONTENT + 1))
+    paths = [str(text), str(binary), str(large)]
+    answer = probe_files.collect({"paths": paths, "content": paths})
+    assert answer[str(text)]["content"] == "password=x\n"
+    assert "content" not in answer[str(binary)] and "content" not in answer[str(large)]
+    assert all(answer[p]["sha256"] for p in paths)

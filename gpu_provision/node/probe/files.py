@@ -1,5 +1,6 @@
-"""Existence, owner, mode, SHA-256 and (for small files) content of named paths."""
+"""Existence, owner, mode, SHA-256 and (for small text files) content of named paths."""
 
+import contextlib
 import grp
 import hashlib
 import os
@@ -17,7 +18,8 @@ def _name(table, ident):
 
 
 def collect(request):
-    """``request``: ``{"paths": [...], "content": [...]}`` (paths whose text is returned too)."""
+    """``request``: ``{"paths": [...], "content": [...]}`` (paths whose text is returned too, when the file is
+    UTF-8 text of at most ``MAX_CONTENT`` bytes)."""
     request = request or {}
     want_content = set(request.get("content", []))
     out = {}
@@ -42,7 +44,9 @@ def collect(request):
             digest.update(data)
             entry["sha256"] = digest.hexdigest()
             if path in want_content and len(data) <= MAX_CONTENT:
-                entry["content"] = data.decode("utf-8", "replace")
+                # Text only: a binary file's bytes would bloat the answer and no comparison or diff reads them.
+                with contextlib.suppress(UnicodeDecodeError):
+                    entry["content"] = data.decode("utf-8")
         elif entry["type"] == "link":
             entry["target"] = os.readlink(path)
         out[path] = entry
