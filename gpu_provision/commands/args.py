@@ -44,9 +44,10 @@ def add_command(sub: argparse._SubParsersAction, name: str, summary: str, descri
     return parser
 
 
-def add_cluster(parser: argparse.ArgumentParser, positional: bool = False) -> None:
-    """``--cluster FILE``; with ``positional``, the older ``COMMAND FILE`` spelling is accepted as the same."""
-    parser.add_argument("--cluster", metavar="FILE",
+def add_cluster(parser: argparse.ArgumentParser, *aliases: str, positional: bool = False) -> None:
+    """``--cluster FILE``; ``aliases`` are older spellings of the flag (``--node-file``) and, with ``positional``,
+    the older ``COMMAND FILE`` spelling is accepted as the same."""
+    parser.add_argument("--cluster", *aliases, dest="cluster", metavar="FILE",
                         help="cluster file (default: $GPU_PROVISION_CLUSTER, else ./cluster.yaml)")
     if positional:
         parser.add_argument("file", nargs="?", metavar="FILE", help="the cluster file, as --cluster FILE")
