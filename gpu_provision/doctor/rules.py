@@ -171,6 +171,8 @@ def runtime_unconfigured(ev: Evidence) -> list[str]:
         config = ev.node_file("/etc/containerd/config.toml")
         if config is None:
             return ["containerd: /etc/containerd/config.toml is missing"]
+        # nvidia-ctk writes a drop-in under conf.d where containerd's config imports it.
+        config += "".join(text for name, text in ev.files.items() if name.startswith("files/etc/containerd/conf.d/"))
         if not re.search(r"runtimes\.['\"]?nvidia['\"]?\]", config) and not re.search(r"enable_cdi\s*=\s*true", config):
             return ["containerd: no 'nvidia' runtime (and CDI off) in /etc/containerd/config.toml"]
     return []

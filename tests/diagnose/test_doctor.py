@@ -135,6 +135,9 @@ def test_containerd_without_nvidia_runtime(evidence):
     assert fired(evidence({"files/etc/containerd/config.toml": plain}, expect=expect)) == ["runtime-not-configured"]
     configured = plain + "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
     assert fired(evidence({"files/etc/containerd/config.toml": configured}, expect=expect)) == []
+    drop_in = {"files/etc/containerd/config.toml": plain + 'imports = ["/etc/containerd/conf.d/*.toml"]\n',
+               "files/etc/containerd/conf.d/99-nvidia.toml": configured}
+    assert fired(evidence(drop_in, expect=expect)) == []
 
 
 def test_device_plugin_not_registered(evidence):

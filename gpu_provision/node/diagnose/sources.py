@@ -15,7 +15,8 @@ FILES = (
 )
 
 #: Folders whose files are kept too (the configs the project writes there, and the package sources).
-FOLDERS = ("/etc/modprobe.d", "/etc/apt/sources.list.d", "/etc/yum.repos.d", "/etc/apt/preferences.d")
+FOLDERS = ("/etc/modprobe.d", "/etc/apt/sources.list.d", "/etc/yum.repos.d", "/etc/apt/preferences.d",
+           "/etc/containerd/conf.d")
 
 #: Folders whose listing is evidence by itself (a device plugin registers a socket in the first).
 LISTINGS = ("/var/lib/kubelet/device-plugins", "/dev/nvidia-caps")
