@@ -178,7 +178,6 @@ class Takedown:
     def __init__(self, path: str, previous: record.Stopped | None = None, boot: bool = False,
                  allow_module_unload: bool = False, sysfs: str = "/sys", procfs: str = "/proc") -> None:
         self.path = path
-        self.previous = previous
         self.down = previous or record.Stopped()
         self.boot = boot
         self.allow_module_unload = allow_module_unload
@@ -192,6 +191,7 @@ class Takedown:
         run(["systemctl", "stop", *units])
 
     def modules_blocking(self) -> tuple:
+        """The loaded kernel modules that keep a GPU reset from running (see :mod:`.kmod`)."""
         return kmod.blocking(self.sysfs, self.procfs)
 
     def unload(self, modules) -> None:

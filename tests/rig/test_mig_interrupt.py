@@ -1,0 +1,175 @@
+"""An interrupted MIG apply on a rig node (two simulated H200s, real systemd, the deployed applier): SIGTERM,
+SIGHUP, the SSH channel closing under it, and ``kill -9`` in the middle of an apply, held at a known step by a
+gate in front of ``nvidia-smi`` (the first GPU instance creation waits while /root/mig-gate exists).
+
+Afterwards the GPU-holding unit it stopped (nvidia-persistenced, installed and enabled by the driver) runs again
+and the record /var/lib/gpu-provision/mig-stopped.json is gone; after ``kill -9`` the next run and the boot unit
+finish the layout from that record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, cluster_doc, placed
+
+from gpu_provision.bundle import BUNDLE_PATH
+from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.node import leader_pid
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+RIG_NODE_SHAPES = [("H200", 2)]
+RECORD = "/var/lib/gpu-provision/mig-stopped.json"
+UNIT = "nvidia-persistenced.service"
+GATE = "/root/mig-gate"
+REACHED = "/root/mig-gate-reached"
+B_LAYOUT = "/root/mig-layout-b.json"
+#: The applier with ``nvidia-smi`` behind the gate, applying layout B (GPU 0: two 3g.71gb) in its own session.
+APPLY = (f"env PATH=/root/gate-bin:$PATH python3 {BUNDLE_PATH} mig-apply apply --layout {B_LAYOUT}")
+
+
+@pytest.fixture(scope="module")
+def node(rig, rig_nodes) -> RigNode:  # type: ignore[no-untyped-def]
+    """The module's node with two simulated H200s, fresh once per module."""
+    rig.reset_node(rig_nodes[0].name)
+    return rig_nodes[0]
+
+
+def converge(rig, node: RigNode, ssh, pyinfra, monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Deploy layout A (bundle, layout file, boot unit) and lay out layout B's file and the gate."""
+    assert ssh(node, HEADERS).returncode == 0
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump(cluster_doc(rig, node, A, {"7g.141gb": 1}), sort_keys=False))
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster))
+    first = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="mig_deploy.py"), timeout=900)
+    assert first.returncode == 0, first.output[-6000:]
+    layout_b = {"version": "v1", "mig-configs": {node.name: [
+        {"devices": [0], "mig-enabled": True, "mig-devices": {"3g.71gb": 2}},
+        {"devices": [1], "mig-enabled": True, "mig-devices": {"7g.141gb": 1}}]}}
+    wrapper = ("#!/bin/sh\n"
+               f'case " $* " in *" -cgi "*) if [ -e {GATE} ]; then : > {REACHED}; '
+               f"while [ -e {GATE} ]; do sleep 0.05; done; fi;; esac\n"
+               'exec REAL_SMI "$@"\n')
+    setup = ssh(node, f"mkdir -p /root/gate-bin && cat > {B_LAYOUT} <<'EOF'\n{json.dumps(layout_b)}\nEOF\n"
+                      f"cat > /root/gate-bin/nvidia-smi.new <<'EOF'\n{wrapper}EOF\n"
+                      "sed -i \"s|REAL_SMI|$(command -v nvidia-smi)|\" /root/gate-bin/nvidia-smi.new && "
+                      "chmod 755 /root/gate-bin/nvidia-smi.new && "
+                      "mv /root/gate-bin/nvidia-smi.new /root/gate-bin/nvidia-smi")
+    assert setup.returncode == 0, setup.stderr
+
+
+@pytest.fixture
+def at_a(rig, node, ssh, pyinfra, monkeypatch, tmp_path) -> RigNode:  # type: ignore[no-untyped-def]
+    """The node at layout A with the holder unit running and no record or gate left (converged the first time)."""
+    if ssh(node, f"test -x /root/gate-bin/nvidia-smi && test -e {BUNDLE_PATH}").returncode != 0:
+        converge(rig, node, ssh, pyinfra, monkeypatch, tmp_path)
+    reset = ssh(node, f"rm -f {GATE} {REACHED}; systemctl start {UNIT}; "
+                      f"python3 {BUNDLE_PATH} mig-apply apply --layout /etc/gpu-provision/mig-layout.yaml")
+    assert reset.returncode == 0, reset.stdout + reset.stderr
+    assert placed(ssh, node, 0) == A_PLACED
+    assert ssh(node, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(node, f"test -e {RECORD}").returncode != 0
+    return node
+
+
+def wait_reached(ssh, node: RigNode, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while ssh(node, f"test -e {REACHED}").returncode != 0:
+        assert time.monotonic() < deadline, "the applier never reached the gate"
+        time.sleep(0.5)
+    assert UNIT in json.loads(ssh(node, f"cat {RECORD}").stdout)["units"]
+    assert ssh(node, f"systemctl is-active {UNIT}").stdout.strip() == "inactive"
+
+
+def held_in_background(ssh, node: RigNode) -> str:  # type: ignore[no-untyped-def]
+    """Start the gated apply detached from SSH (its own session, output in /root/apply.out); its pid."""
+    started = ssh(node, f"touch {GATE}; rm -f {REACHED}; setsid {APPLY} >/root/apply.out 2>&1 </dev/null & echo $!")
+    pid = started.stdout.strip()
+    assert pid.isdigit(), started.stdout + started.stderr
+    wait_reached(ssh, node)
+    return pid
+
+
+def wait_gone(ssh, node: RigNode, pid: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while ssh(node, f"kill -0 {pid}").returncode == 0:
+        assert time.monotonic() < deadline, f"pid {pid} still running"
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("name", ["TERM", "HUP"])
+def test_signal_restarts_the_stopped_unit(at_a, ssh, name):  # type: ignore[no-untyped-def]
+    pid = held_in_background(ssh, at_a)
+    ssh(at_a, f"kill -{name} {pid}")
+    wait_gone(ssh, at_a, pid)
+    ssh(at_a, f"rm -f {GATE}")
+    out = ssh(at_a, "cat /root/apply.out").stdout
+    assert f"interrupted by SIG{name}" in out and "Traceback" not in out, out
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active", out
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0, out
+
+
+def test_closed_ssh_channel_does_not_stop_the_apply(rig, at_a, ssh):  # type: ignore[no-untyped-def]
+    """The applier runs in the foreground of an SSH session whose client dies: it finishes, units back."""
+    ssh(at_a, f"touch {GATE}; rm -f {REACHED}")
+    argv = ["ssh", "-F", "/dev/null", "-i", str(rig.paths.client_key), "-o",
+            f"UserKnownHostsFile={rig.paths.known_hosts}", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+            f"root@{at_a.ssh_address}", APPLY]
+    client = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_reached(ssh, at_a)
+    finally:
+        client.kill()
+        client.communicate()
+    ssh(at_a, f"rm -f {GATE}")
+    deadline = time.monotonic() + 120
+    while ssh(at_a, "pgrep -f 'mig-apply apply --layout /root/[m]ig-layout-b'").returncode == 0:
+        assert time.monotonic() < deadline, "the applier did not finish"
+        time.sleep(0.5)
+    assert placed(ssh, at_a, 0) == B_PLACED
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0
+
+
+def killed(ssh, node: RigNode) -> None:  # type: ignore[no-untyped-def]
+    pid = held_in_background(ssh, node)
+    ssh(node, f"kill -KILL -- -{pid}")
+    wait_gone(ssh, node, pid)
+    ssh(node, f"rm -f {GATE}")
+    assert ssh(node, f"systemctl is-active {UNIT}").stdout.strip() == "inactive"
+    assert ssh(node, f"test -e {RECORD}").returncode == 0
+
+
+def test_kill_9_is_finished_by_the_next_run(at_a, ssh):  # type: ignore[no-untyped-def]
+    killed(ssh, at_a)
+    again = ssh(at_a, f"python3 {BUNDLE_PATH} mig-apply apply --layout {B_LAYOUT}")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "an earlier apply was interrupted" in again.stdout
+    assert placed(ssh, at_a, 0) == B_PLACED
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0
+
+
+def test_kill_9_is_finished_by_the_boot_unit(rig, at_a, ssh):  # type: ignore[no-untyped-def]
+    killed(ssh, at_a)
+    before = leader_pid(rig.layout(at_a.name))
+    ssh(at_a, "systemctl reboot")
+    deadline = time.monotonic() + 120
+    while leader_pid(rig.layout(at_a.name)) in (before, None) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rig.wait_ssh([at_a.name])
+    ssh(at_a, "systemctl is-system-running --wait")
+    status = ssh(at_a, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
+    assert "ActiveState=active" in status and "Result=success" in status, status
+    journal = ssh(at_a, "journalctl -b -u gpu-provision-mig.service --no-pager").stdout
+    assert "an earlier apply was interrupted" in journal, journal
+    assert placed(ssh, at_a, 0) == A_PLACED
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0
