@@ -20,6 +20,7 @@ from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import layout_drift
 from gpu_provision.node.mig import vgpu as vgpu_plan
 from gpu_provision.node.mig.holders import MODE_HOLDERS
+from gpu_provision.node.mig.record import RECORD_FILE
 from gpu_provision.operations import commands, files
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
@@ -63,7 +64,17 @@ def request(node: Node, cluster: Cluster) -> Request:
     req = request_for(wants(node, cluster))
     req.sections.add("mig")
     req.units.update(MODE_HOLDERS)
+    if node.mig.layouts:
+        req.files.add(RECORD_FILE)
     return req
+
+
+def interrupted_apply(state: NodeStateData) -> str | None:
+    """Why the applier must run although the GPUs may have their layout: an earlier apply was cut off (``kill -9``,
+    a lost node) and its record names units or kernel modules still down (None when there is no record)."""
+    if state.file(RECORD_FILE).exists:
+        return f"an interrupted MIG apply left units or kernel modules down ({RECORD_FILE})"
+    return None
 
 
 def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
@@ -123,5 +134,12 @@ def mig_stage() -> None:
     )
     if node.mig.layouts:
         mig_ops.layout(name="MIG layout", node=node, request=req)
+        commands.guarded(
+            name="Finish an interrupted MIG apply (bring back what it took down)",
+            command=agent_mig.apply_command(node, "apply"),
+            needed=interrupted_apply,
+            request=Request(files={RECORD_FILE}),
+            noop="no interrupted MIG apply",
+        )
     if node.vgpu:
         vgpu_ops.types(name="vGPU types", node=node, request=req)

@@ -13,6 +13,7 @@ from gpu_provision.desired import FileWant, UnitWant
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.node.mig import migparted
 from gpu_provision.node.mig.migparted import Requested
+from gpu_provision.node.mig.record import RECORD_FILE
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
@@ -145,3 +146,13 @@ def test_module_unload_setting_reaches_the_applier_and_the_boot_unit(tmp_path: P
         "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01 --allow-module-unload")
     assert (" mig-apply boot --layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json "
             "--allow-module-unload\n") in agent_mig.unit_text(allowed)
+
+
+def test_interrupted_apply_is_finished_by_the_next_deploy() -> None:
+    """The applier's record left on the node (an apply killed after the layout was complete) makes the stage run
+    the applier although no GPU differs from its layout."""
+    assert RECORD_FILE in stage.request(H200, CLUSTER).files
+    assert stage.interrupted_apply(NodeStateData({"files": {}})) is None
+    left = NodeStateData({"files": {RECORD_FILE: {"exists": True, "type": "file"}}})
+    assert stage.interrupted_apply(left) == ("an interrupted MIG apply left units or kernel modules down "
+                                             "(/var/lib/gpu-provision/mig-stopped.json)")
