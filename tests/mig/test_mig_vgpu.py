@@ -23,7 +23,7 @@ GPU = {"index": 0, "uuid": "GPU-7a01bbbc-8780-9e2b-9ffe-56c5caa0e387", "bus_id":
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
     """A writable copy of the fixture tree."""
-    root = tmp_path / "sys"
+    root = tmp_path / "vgpu-sys"  # the simulated node keeps its kernel's /sys at tmp_path / "sys"
     shutil.copytree(TREE, root, symlinks=True)
     return root
 
