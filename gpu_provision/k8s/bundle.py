@@ -14,7 +14,7 @@ def manifests(cluster: Cluster) -> dict[str, list[Obj]]:
     if gpu_nodes(cluster):
         runtime = [runtime_class()] if runtime_class_name(cluster) else []
         out["device-plugin"] = runtime + device_plugin.manifests(cluster)
-    team_objects = [obj for team in cluster.kubernetes.teams for obj in teams.manifests(team)]
+    team_objects = [obj for team in cluster.kubernetes.teams for obj in teams.manifests(team, cluster.kubernetes)]
     if team_objects:
         out["teams"] = team_objects
     monitoring_objects = monitoring.manifests(cluster)

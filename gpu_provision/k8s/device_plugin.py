@@ -17,8 +17,9 @@ from gpu_provision.k8s.objects import Obj, meta
 from gpu_provision.k8s.runtime import gpu_nodes, runtime_class_name, uses_cdi
 from gpu_provision.plan import device_plugin_config
 from gpu_provision.spec.model import Cluster
+from gpu_provision.spec.namespaces import SYSTEM
 
-NAMESPACE = "kube-system"
+NAMESPACE = SYSTEM
 NAME = "nvidia-device-plugin"
 CONFIGMAP = "nvidia-device-plugin-configs"
 DEFAULT_CONFIG = "default"

@@ -2,6 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
+from gpu_provision.spec.settings import IMAGE_REFERENCE, IMAGE_REFERENCE_FORM
+
+
+def check_reference(image: str) -> str:
+    """``image`` when it is a valid reference, else ValueError naming the expected form.
+
+    >>> check_reference("python:3.12-slim@sha256:" + "0" * 64).endswith("0" * 64)
+    True
+    """
+    if not re.fullmatch(IMAGE_REFERENCE, image):
+        raise ValueError(f"image {image!r} is not {IMAGE_REFERENCE_FORM}")
+    return image
+
 
 def split_registry(image: str) -> tuple[str | None, str]:
     """``(registry, rest)`` of an image reference; registry is None when the reference names none (Docker Hub).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from gpu_provision.k8s.endpoints import host_port, with_default_port
 from gpu_provision.k8s.nodes import taint_objects
 from gpu_provision.spec.model import Cluster, Node
 
@@ -42,11 +43,12 @@ def advertise_address(node: Node, probed: str | None) -> str | None:
 
 
 def endpoint(cluster: Cluster, first_address: str | None) -> str | None:
-    """``host:port`` every node reaches the API server at (``control_plane_endpoint`` or the first control plane)."""
+    """``host:port`` every node reaches the API server at (``control_plane_endpoint`` or the first control plane);
+    an IPv6 address in brackets (``[2001:db8::10]:6443``), as kubeadm parses ``controlPlaneEndpoint``."""
     given = cluster.kubernetes.control_plane_endpoint
     if given:
-        return given if ":" in given else f"{given}:{API_PORT}"
-    return f"{first_address}:{API_PORT}" if first_address else None
+        return with_default_port(given, API_PORT)
+    return host_port(first_address, API_PORT) if first_address else None
 
 
 def node_taints(node: Node) -> list[dict[str, str]]:

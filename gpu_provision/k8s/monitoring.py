@@ -7,13 +7,15 @@ from typing import Any
 import yaml
 
 from gpu_provision.k8s.device_plugin import GPU_TOLERATION
+from gpu_provision.k8s.endpoints import host_port
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.nodes import PRESENT_LABEL
 from gpu_provision.k8s.objects import Obj, meta
 from gpu_provision.k8s.runtime import gpu_nodes, runtime_class_name
 from gpu_provision.spec.model import Cluster
+from gpu_provision.spec.namespaces import MONITORING
 
-NAMESPACE = "gpu-monitoring"
+NAMESPACE = MONITORING
 NAME = "dcgm-exporter"
 PORT = 9400
 
@@ -59,8 +61,9 @@ def manifests(cluster: Cluster) -> list[Obj]:
 
 
 def scrape_config(cluster: Cluster) -> str:
-    """A Prometheus ``scrape_configs`` file with one target per GPU node (the exporter's host port)."""
-    targets = [{"targets": [f"{n.address}:{PORT}"], "labels": {"node": n.name, "cluster": cluster.name}}
+    """A Prometheus ``scrape_configs`` file with one target per GPU node (the exporter's host port; an IPv6 address
+    in brackets, as Prometheus reads ``host:port``)."""
+    targets = [{"targets": [host_port(n.address, PORT)], "labels": {"node": n.name, "cluster": cluster.name}}
                for n in gpu_nodes(cluster)]
     doc = {"scrape_configs": [{"job_name": NAME, "scrape_interval": "15s", "static_configs": targets}]}
     header = "# Written by gpu-provision from the cluster file; changes here are overwritten.\n"

@@ -47,6 +47,18 @@ def taint_objects(taints: tuple[str, ...]) -> list[dict[str, str]]:
     return out
 
 
+def tolerations(taints: tuple[str, ...]) -> list[dict[str, str]]:
+    """Tolerations of ``key[=value]:Effect`` taints: ``Exists`` for a key alone (any value), ``Equal`` for a value."""
+    out = []
+    for taint in taint_objects(taints):
+        toleration = {"key": taint["key"], "operator": "Equal" if "value" in taint else "Exists"}
+        if "value" in taint:
+            toleration["value"] = taint["value"]
+        toleration["effect"] = taint["effect"]
+        out.append(toleration)
+    return out
+
+
 def plugin_config_name(node: Node) -> str:
     """The ConfigMap key of the node's device plugin config; nodes with equal configs share one key."""
     config = device_plugin_config(node)

@@ -1,11 +1,12 @@
-"""Per-team objects: a namespace, a GPU quota, a role with what a team needs, its binding and a default limit range."""
+"""Per-team objects: a namespace under a Pod Security Standard, a GPU quota, a role with what a team needs, its
+binding and a default limit range."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpu_provision.k8s.objects import Obj, meta
-from gpu_provision.spec.model import Team
+from gpu_provision.spec.model import Kubernetes, Team
 
 ROLE = "gpu-team"
 TEAM_LABEL = "gpu-provision/team"
@@ -30,6 +31,24 @@ DEFAULT_LIMITS = {"cpu": "2", "memory": "8Gi"}
 DEFAULT_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
 
 
+#: Pod Security Admission's namespace labels (https://kubernetes.io/docs/concepts/security/pod-security-admission/).
+POD_SECURITY_LABEL = "pod-security.kubernetes.io"
+POD_SECURITY_MODES = ("enforce", "audit", "warn")
+
+
+def pod_security_labels(level: str, k8s: Kubernetes) -> dict[str, str]:
+    """Pod Security Admission labels enforcing, auditing and warning at ``level``.
+
+    ``enforce-version`` is the cluster's minor (``v1.31``), not ``latest``: the rules a namespace enforces then change
+    only when the cluster file's Kubernetes version does, never under running workloads at an upgrade. ``audit`` and
+    ``warn`` follow ``latest`` so the next release's stricter rules show up as warnings before they are enforced.
+    """
+    out = {f"{POD_SECURITY_LABEL}/{mode}": level for mode in POD_SECURITY_MODES}
+    out[f"{POD_SECURITY_LABEL}/enforce-version"] = f"v{k8s.minor}"
+    out.update({f"{POD_SECURITY_LABEL}/{mode}-version": "latest" for mode in ("audit", "warn")})
+    return out
+
+
 def quota_resource(profile: str) -> str:
     """The quota key of a MIG profile (``1g.18gb`` -> ``requests.nvidia.com/mig-1g.18gb``), as the device plugin
     names MIG resources under the ``mixed`` strategy."""
@@ -51,9 +70,10 @@ def subjects(team: Team) -> list[dict[str, str]]:
     return out
 
 
-def manifests(team: Team) -> list[Obj]:
-    """Namespace, ResourceQuota, Role, RoleBinding (when the team names users or groups) and LimitRange."""
-    labels = {TEAM_LABEL: team.name}
+def manifests(team: Team, k8s: Kubernetes) -> list[Obj]:
+    """Namespace (with its Pod Security labels), ResourceQuota, Role, RoleBinding (when the team names users or
+    groups) and LimitRange."""
+    labels = {TEAM_LABEL: team.name, **pod_security_labels(k8s.team_pod_security(team), k8s)}
     out: list[Obj] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(team.namespace, labels=labels)},
         quota(team),

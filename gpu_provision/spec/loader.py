@@ -23,6 +23,7 @@ from gpu_provision.spec.model import (
     DevicePlugin,
     Driver,
     GpuExpectation,
+    InClusterVerification,
     Kubernetes,
     Mig,
     MigLayout,
@@ -179,8 +180,12 @@ def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
                 "users": tuple(t.get("users") or ()), "groups": tuple(t.get("groups") or ())})
         for t in raw.get("teams") or ()
     )
-    settings = {k: v for k, v in raw.items() if k not in ("teams", "monitoring")}
-    return Kubernetes(**settings, teams=teams, monitoring=Monitoring(**(raw.get("monitoring") or {})))
+    settings = {k: v for k, v in raw.items() if k not in ("teams", "monitoring", "verification")}
+    verification = dict(raw.get("verification") or {})
+    if "tolerations" in verification:
+        verification["tolerations"] = tuple(verification["tolerations"])
+    return Kubernetes(**settings, teams=teams, monitoring=Monitoring(**(raw.get("monitoring") or {})),
+                      verification=InClusterVerification(**verification))
 
 
 def _load_mig_parted(ctx: Context) -> None:

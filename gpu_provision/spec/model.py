@@ -21,6 +21,7 @@ InstallMethod = Literal["package", "preinstalled"]
 RuntimeKind = Literal["docker", "containerd"]
 SharingStrategy = Literal["none", "time-slicing", "mps"]
 MigStrategy = Literal["none", "single", "mixed"]
+PodSecurityLevel = Literal["baseline", "restricted"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class Team:
     mig: dict[str, int] = field(default_factory=dict)
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    #: Pod Security Standard of the namespace; None: the cluster's (``Kubernetes.pod_security``).
+    pod_security: PodSecurityLevel | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ class Monitoring:
     dcgm_exporter: bool = default("cluster.kubernetes.monitoring.dcgm_exporter")
     dcgm_exporter_image: str = default("cluster.kubernetes.monitoring.dcgm_exporter_image")
     prometheus_scrape_file: str | None = None
+
+
+@dataclass(frozen=True)
+class InClusterVerification:
+    """The in-cluster verification DaemonSet: its image and the taints it tolerates (as ``key[=value]:Effect``)."""
+
+    image: str = default("cluster.kubernetes.verification.image")
+    tolerations: tuple[str, ...] = field(
+        default_factory=lambda: tuple(default("cluster.kubernetes.verification.tolerations")))
 
 
 @dataclass(frozen=True)
@@ -94,12 +106,18 @@ class Kubernetes:
     cni_manifest: str | None = None
     device_plugin_image: str = default("cluster.kubernetes.device_plugin_image")
     teams: tuple[Team, ...] = ()
+    pod_security: PodSecurityLevel = default("cluster.kubernetes.pod_security")
     monitoring: Monitoring = field(default_factory=Monitoring)
+    verification: InClusterVerification = field(default_factory=InClusterVerification)
 
     @property
     def minor(self) -> str:
         """``1.31`` for ``1.31.4``: the pkgs.k8s.io repository a version lives in."""
         return ".".join(self.version.split(".")[:2])
+
+    def team_pod_security(self, team: Team) -> PodSecurityLevel:
+        """The Pod Security Standard ``team``'s namespace enforces: the team's own, else the cluster's."""
+        return team.pod_security or self.pod_security
 
 
 @dataclass(frozen=True)

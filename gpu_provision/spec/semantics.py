@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
-from gpu_provision.spec import catalog, mig
+from gpu_provision.spec import catalog, mig, namespaces
 from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
@@ -233,7 +233,20 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
     for t_index, team in enumerate(k8s.teams):
         if names[team.name] > 1:
             ctx.add(("cluster", "kubernetes", "teams", t_index, "name"), f"duplicate team name '{team.name}'")
+        _team_namespace(ctx, t_index, team.namespace)
         for profile in team.mig:
             if profile not in profiles:
                 ctx.add(("cluster", "kubernetes", "teams", t_index, "mig", profile),
                         f"'{profile}' is not a MIG profile of any known GPU")
+
+
+def _team_namespace(ctx: Context, t_index: int, namespace: str) -> None:
+    # A team's Role, quota, LimitRange and Pod Security labels must not land where Kubernetes or this project runs.
+    why = namespaces.reserved(namespace)
+    if why is None:
+        return
+    written = "namespace" in ctx.document["cluster"]["kubernetes"]["teams"][t_index]
+    where = "namespace" if written else "name"
+    what = f"team namespace '{namespace}'" + ("" if written else " (the team name)")
+    ctx.add(("cluster", "kubernetes", "teams", t_index, where),
+            f"{what} cannot hold a team: {why} (allowed: {namespaces.ALLOWED})")

@@ -57,6 +57,15 @@ _VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
 _CIDR = r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$"
 _NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
 _PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me)?$"
+_TAINT = r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+#: An image reference: ``[registry[:port]/]path[:tag][@sha256:<64 hex digits>]`` (distribution/reference's grammar,
+#: the digest limited to sha256, the one algorithm registries serve). A digest pins the image's content; a tag can be
+#: moved to other content. Written for both Python's ``re`` and JSON Schema (ECMA-262) patterns.
+IMAGE_REFERENCE = (r"^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?/)?"
+                   r"[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                   r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+IMAGE_REFERENCE_FORM = ("an image reference such as 'python:3.12-slim' or 'registry.internal:5000/python@sha256:' "
+                        "followed by 64 hex digits")
 #: Plain words for each pattern, quoted by error messages ("allowed: ...") and the reference page.
 FORMS: dict[str, str] = {
     _VERSION: "a version such as '12.4' or '1.17.8' (quote it in YAML)",
@@ -70,6 +79,8 @@ FORMS: dict[str, str] = {
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
     r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.31.4'",
+    _TAINT: "key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute",
+    IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
     "^[0-9]{1,2}$": "a GPU index such as '0'",
 }
 
@@ -158,7 +169,7 @@ _node_props = {
     "labels": {"type": "object", "description": "Kubernetes node labels.",
                "additionalProperties": _s("Label value.", maxLength=63)},
     "taints": {"type": "array", "description": "Kubernetes taints as key=value:Effect.",
-               "items": _s("One taint.", pattern=r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$")},
+               "items": _s("One taint.", pattern=_TAINT)},
     "ssh": _node_ssh,
     "packages": _obj(
         "The node's package manager.",
@@ -285,6 +296,10 @@ _node = _obj(
     required=("name", "address"),
 )
 
+#: Pod Security Standards a team namespace may enforce. 'privileged' is not offered: it would let a team member run
+#: privileged or hostPath pods on the GPU nodes, which is what the labels are there to stop.
+POD_SECURITY_LEVELS = ("baseline", "restricted")
+
 _team = _obj(
     "A team: namespace, GPU quota and access.",
     {
@@ -296,6 +311,8 @@ _team = _obj(
                 "additionalProperties": {"type": "integer", "minimum": 0, "description": "Instances."}},
         "users": {"type": "array", "description": "Users bound to the team's role.", "items": _s("User.")},
         "groups": {"type": "array", "description": "Groups bound to the team's role.", "items": _s("Group.")},
+        "pod_security": _e("Pod Security Standard the namespace enforces (default: "
+                           "cluster.kubernetes.pod_security).", list(POD_SECURITY_LEVELS)),
     },
     required=("name",),
 )
@@ -314,6 +331,28 @@ _kubernetes = _obj(
         "cni_manifest": _s("URL or path of the CNI manifest (override for air-gapped sites)."),
         "device_plugin_image": _s("NVIDIA device plugin image.", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
+        "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
+                           "(Pod Security Admission labels: enforce, audit and warn at this level; enforce pinned "
+                           "to the cluster's Kubernetes minor, audit and warn at 'latest' so an upgrade's stricter "
+                           "rules show as warnings before they are enforced). 'baseline' refuses privileged, "
+                           "hostPath and host-namespace pods; 'restricted' also demands non-root containers that "
+                           "drop every capability.", list(POD_SECURITY_LEVELS), default="baseline"),
+        "verification": _obj(
+            "The in-cluster verification DaemonSet (gpu-provision verify --in-cluster --manifest).",
+            {
+                "image": _s("Image the verification pod runs (any image with python3 3.9 or newer; the NVIDIA "
+                            "runtime adds nvidia-smi). Pin it by digest ('python:3.12-slim@sha256:...') to run the "
+                            "same content everywhere; mirrors.registry replaces its registry.",
+                            pattern=IMAGE_REFERENCE, default="python:3.12-slim"),
+                "tolerations": {"type": "array",
+                                "description": "Taints the verification pod tolerates, written as node taints "
+                                               "are (key:Effect tolerates any value, key=value:Effect that value). "
+                                               "The taints the cluster file sets on the verified nodes are "
+                                               "tolerated too; no other taint is.",
+                                "items": _s("One taint to tolerate.", pattern=_TAINT),
+                                "default": ["nvidia.com/gpu:NoSchedule"]},
+            },
+        ),
         "monitoring": _obj(
             "GPU monitoring.",
             {

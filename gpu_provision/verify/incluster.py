@@ -10,6 +10,10 @@ The pod sees the host's GPUs through the NVIDIA runtime (``runtimeClassName: nvi
 ``NVIDIA_VISIBLE_DEVICES=all``) without asking the device plugin for any, so verification takes no GPU away
 from workloads; the host's /dev and /sys are mounted read-only so device permissions and PCI devices are the
 host's, not the container's.
+
+The cluster file's ``cluster.kubernetes.verification`` names the image (pinnable by digest, pulled through
+``mirrors.registry`` like every other image) and the taints the pod tolerates; the pod mounts no service-account
+token (it never calls the API) and has CPU and memory limits.
 """
 
 from __future__ import annotations
@@ -23,13 +27,22 @@ import yaml
 
 from gpu_provision import bundle
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.k8s.images import check_reference, with_registry
+from gpu_provision.k8s.nodes import tolerations as toleration_objects
 from gpu_provision.node.verify import checks as agent_checks
 from gpu_provision.node.verify.report import Check, summarize
+from gpu_provision.spec.model import Cluster, InClusterVerification
+from gpu_provision.spec.namespaces import VERIFICATION
 from gpu_provision.verify.report import error_report, parse_report
 
 APP = "gpu-provision-verify"
 LABELS = {"app.kubernetes.io/name": APP, "app.kubernetes.io/part-of": "gpu-provision"}
-DEFAULT_IMAGE = "python:3.12-slim"
+DEFAULT_IMAGE = InClusterVerification().image
+#: The cluster file's default: the taint GPU nodes commonly carry so that only GPU workloads land there.
+DEFAULT_TOLERATIONS = toleration_objects(InClusterVerification().tolerations)
+#: The agent reads files and runs nvidia-smi and a short CUDA copy; a limit keeps a stuck check from starving the
+#: node's workloads. No GPU is requested (see the module's docstring).
+RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 IN_POD_PATHS = {"dev": "/host/dev", "sysfs": "/host/sys"}
 #: Where the pod mounts the ConfigMap holding the node bundle.
 AGENT_DIR = "/opt/gpu-provision/agent"
@@ -50,15 +63,37 @@ def pod_expectations(expect: dict[str, Any]) -> dict[str, Any]:
     return adapted
 
 
-def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-provision",
-              image: str = DEFAULT_IMAGE, runtime_class: str = "nvidia") -> list[dict[str, Any]]:
+def pod_settings(cluster: Cluster, nodes: list[str]) -> dict[str, Any]:
+    """The cluster file's ``image`` and ``tolerations`` for :func:`manifests` when verifying ``nodes``.
+
+    The image goes through ``mirrors.registry``. The pod tolerates the file's ``verification.tolerations`` and the
+    taints the file sets on the nodes it verifies (it must run there), nothing else.
+    """
+    settings = cluster.kubernetes.verification
+    taints = list(settings.tolerations)
+    for node in cluster.nodes:
+        if node.name in nodes:
+            taints += [t for t in node.taints if t not in taints]
+    return {"image": with_registry(settings.image, cluster.mirrors.registry),
+            "tolerations": toleration_objects(tuple(taints))}
+
+
+def manifests(expectations: dict[str, dict[str, Any]], namespace: str = VERIFICATION,
+              image: str = DEFAULT_IMAGE, runtime_class: str = "nvidia",
+              tolerations: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Namespace, ConfigMap and DaemonSet that verify every node in ``expectations`` (node name -> dict).
 
-    + image: any image with python3 (3.9 or newer); the NVIDIA runtime adds nvidia-smi and libcuda.so.1
+    + image: any image with python3 (3.9 or newer); the NVIDIA runtime adds nvidia-smi and libcuda.so.1. A digest
+      (``python:3.12-slim@sha256:...``) pins its content
     + runtime_class: the RuntimeClass of the NVIDIA container runtime
+    + tolerations: the pod's tolerations (default :data:`DEFAULT_TOLERATIONS`)
     """
     if not expectations:
         raise GpuProvisionError("no GPU nodes to verify in the cluster")
+    try:
+        check_reference(image)
+    except ValueError as exc:
+        raise GpuProvisionError(f"in-cluster verification: {exc}") from None
     data = {f"{node}.json": json.dumps(pod_expectations(expect), indent=1, sort_keys=True)
             for node, expect in sorted(expectations.items())}
     command = (bundle.command("verify", "--compact", bundle=f"{AGENT_DIR}/{bundle.BUNDLE_NAME}") +
@@ -73,7 +108,9 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
                 "metadata": {"labels": LABELS},
                 "spec": {
                     "runtimeClassName": runtime_class,
-                    "tolerations": [{"operator": "Exists"}],
+                    # The agent reads its ConfigMaps through volumes and never calls the API server.
+                    "automountServiceAccountToken": False,
+                    "tolerations": list(DEFAULT_TOLERATIONS if tolerations is None else tolerations),
                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [{
                             "key": "kubernetes.io/hostname", "operator": "In",
@@ -87,7 +124,12 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
                             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
                         ],
-                        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                        "resources": json.loads(json.dumps(RESOURCES)),
+                        # Not privileged and no added capability: the NVIDIA runtime injects the GPU device nodes
+                        # and driver libraries, and the host's /dev and /sys (read for device permissions and PCI
+                        # devices) are read-only mounts. It runs as the image's root, the owner of those device
+                        # nodes on the host, as the agent does over SSH.
+                        "securityContext": {"allowPrivilegeEscalation": False},
                         "volumeMounts": [
                             {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
                             {"name": "expect", "mountPath": "/opt/gpu-provision/expect", "readOnly": True},
@@ -116,23 +158,30 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = "gpu-pro
     ]
 
 
-def expectations_from_inventory(inventory: str) -> dict[str, dict[str, Any]]:
-    """Every GPU host's expectations (node name -> dict), from the same inventory the SSH path uses."""
+def from_inventory(inventory: str) -> tuple[dict[str, dict[str, Any]], Cluster | None]:
+    """Every GPU host's expectations (node name -> dict), from the same inventory the SSH path uses, and the
+    cluster file they came from (None when every host names its own expectations file)."""
     from gpu_provision.fleet import load_inventory
+    from gpu_provision.inventory import cluster_for
     from gpu_provision.verify.expect import expectations_for_host
 
-    result = {}
+    result, cluster = {}, None
     for host in load_inventory(inventory):
         text = expectations_for_host(host)
         if text is not None:
             expect = json.loads(text)
             result[expect["node"]] = expect
-    return result
+            if cluster is None and not host.data.get("gpu_provision_verify_expect"):
+                cluster = cluster_for(host)
+    return result, cluster
 
 
-def manifests_yaml(inventory: str, namespace: str = "gpu-provision", image: str = DEFAULT_IMAGE) -> str:
-    """The manifests for ``inventory`` as one multi-document YAML stream (``kubectl apply -f -``)."""
-    docs = manifests(expectations_from_inventory(inventory), namespace, image)
+def manifests_yaml(inventory: str, namespace: str = VERIFICATION) -> str:
+    """The manifests for ``inventory`` as one multi-document YAML stream (``kubectl apply -f -``), with the
+    cluster file's image and tolerations."""
+    expectations, cluster = from_inventory(inventory)
+    settings = pod_settings(cluster, sorted(expectations)) if cluster is not None else {}
+    docs = manifests(expectations, namespace, **settings)
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
@@ -166,7 +215,7 @@ def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_
     return dict(report, checks=checks, summary=counts, status="fail" if counts["fail"] else "pass")
 
 
-def collect(namespace: str = "gpu-provision", kubeconfig: str | None = None,
+def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
             limit: list[str] | None = None) -> list[dict[str, Any]]:
     """Read every verification pod's report from its log; nodes whose pod has none get an error report."""
     pods = json.loads(_kubectl(kubeconfig, "get", "pods", "-n", namespace, "-l",

@@ -14,7 +14,8 @@ from gpu_provision.spec.model import Cluster
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A second cluster that exercises what the example file does not: a registry mirror, the nvidia runtime not the
-#: default, MPS sharing, no MIG, Kubernetes 1.30 (kubeadm v1beta3) and a scrape file.
+#: default, MPS sharing, no MIG, Kubernetes 1.30 (kubeadm v1beta3), a scrape file and a team under the restricted
+#: Pod Security Standard.
 VARIANT = """\
 version: v1
 cluster:
@@ -25,7 +26,7 @@ cluster:
     control_plane_endpoint: api.lab.internal
     monitoring: {prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}
     teams:
-      - {name: research, namespace: research-gpu, gpus: 2, users: [carol], groups: [ml]}
+      - {name: research, namespace: research-gpu, gpus: 2, users: [carol], groups: [ml], pod_security: restricted}
       - {name: solo, gpus: 1}
   mirrors:
     registry: registry.internal:5000

@@ -167,22 +167,22 @@ def test_runtime_class_and_cdi_follow_the_toolkit(example: Cluster, variant: Clu
 
 
 def test_team_quota_role_binding_and_limits(example: Cluster, variant: Cluster) -> None:
-    vision = {o["kind"]: o for o in teams.manifests(example.kubernetes.teams[0])}
+    vision = {o["kind"]: o for o in teams.manifests(example.kubernetes.teams[0], example.kubernetes)}
     assert vision["ResourceQuota"]["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "4", "requests.nvidia.com/mig-1g.18gb": "8", "requests.nvidia.com/mig-3g.71gb": "2"}
     assert vision["RoleBinding"]["subjects"] == [
         {"kind": "Group", "name": "vision-devs", "apiGroup": "rbac.authorization.k8s.io"}]
     assert vision["Namespace"]["metadata"]["name"] == "vision"
     assert all(o["metadata"].get("namespace") == "vision" for k, o in vision.items() if k != "Namespace")
-    research = {o["kind"]: o for o in teams.manifests(variant.kubernetes.teams[0])}
+    research = {o["kind"]: o for o in teams.manifests(variant.kubernetes.teams[0], variant.kubernetes)}
     assert research["Namespace"]["metadata"]["name"] == "research-gpu"
     assert [s["kind"] for s in research["RoleBinding"]["subjects"]] == ["User", "Group"]
-    solo = [o["kind"] for o in teams.manifests(variant.kubernetes.teams[1])]
+    solo = [o["kind"] for o in teams.manifests(variant.kubernetes.teams[1], variant.kubernetes)]
     assert "RoleBinding" not in solo and "Role" in solo
 
 
 def test_team_role_grants_only_namespaced_workload_access(example: Cluster) -> None:
-    role = next(o for o in teams.manifests(example.kubernetes.teams[0]) if o["kind"] == "Role")
+    role = next(o for o in teams.manifests(example.kubernetes.teams[0], example.kubernetes) if o["kind"] == "Role")
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         assert not {"secrets", "roles", "rolebindings"} & set(rule["resources"])

@@ -190,7 +190,7 @@ def test_parsers() -> None:
 
 def _manifest(example: Cluster) -> manifests.Manifest:
     return manifests.Manifest("teams", "/etc/gpu-provision/kubernetes/teams.json",
-                        tuple(teams.manifests(example.kubernetes.teams[0])))
+                        tuple(teams.manifests(example.kubernetes.teams[0], example.kubernetes)))
 
 
 def test_manifest_applied_when_objects_are_missing_or_differ(example: Cluster) -> None:

@@ -19,11 +19,15 @@ import pytest
 import yaml
 
 from gpu_provision import bundle
+from gpu_provision.cli import main
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.spec import load_cluster
 from gpu_provision.verify import incluster
 from gpu_provision.verify.expect import build_expectations
 from gpu_provision.verify.report import schema_problems
 
-DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
+ROOT = Path(__file__).resolve().parents[2]
+DEVICE = ROOT / "tests" / "fixtures" / "device"
 
 
 @pytest.fixture
@@ -52,12 +56,95 @@ def test_manifests(expectations: dict[str, dict]) -> None:
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][0]["values"] == ["h200-down", "h200-node"]
     container = spec["containers"][0]
-    assert "resources" in container and "limits" not in container["resources"]  # takes no GPU from workloads
+    # Takes no GPU from workloads, and is bounded in CPU and memory.
+    resources = container["resources"]
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in container["env"]
     assert '--expect "/opt/gpu-provision/expect/${NODE_NAME}.json"' in container["command"][2]
     assert ds["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": incluster.APP}
     # The YAML stream round-trips.
     assert list(yaml.safe_load_all(yaml.safe_dump_all(docs))) == docs
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_daemonset_is_hardened(expectations: dict[str, dict]) -> None:
+    """No service-account token, only the GPU taint tolerated (not every taint), requests and limits."""
+    ds = incluster.manifests(expectations)[3]
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    container = spec["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False}
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+
+
+@pytest.mark.parametrize("image", [f"python:3.12-slim@{DIGEST}", f"registry.internal:5000/tools/python@{DIGEST}"])
+def test_image_pinned_by_digest(expectations: dict[str, dict], image: str) -> None:
+    ds = incluster.manifests(expectations, image=image)[3]
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    kubernetes_validate.validate(ds, "1.31.0", strict=True)
+
+
+@pytest.mark.parametrize("image", ["python@sha256:abc", "python:3.12-slim\n", "Python:3", "python@md5:" + "a" * 32])
+def test_bad_image_reference_is_refused(expectations: dict[str, dict], image: str) -> None:
+    with pytest.raises(GpuProvisionError, match="is not an image reference"):
+        incluster.manifests(expectations, image=image)
+
+
+CLUSTER = """\
+version: v1
+cluster:
+  name: lab
+  mirrors: {registry: "registry.internal:5000"}
+  kubernetes:
+    verification:
+      image: "python:3.12-slim@DIGEST"
+      tolerations: ["dedicated=gpu:NoSchedule"]
+nodes:
+  - {name: cp, address: 10.0.0.1, role: control-plane, taints: ["infra:NoExecute"]}
+  - {name: g1, address: 10.0.0.2, gpus: {model: H200, count: 1}, taints: ["nvidia.com/gpu=present:NoExecute"]}
+  - {name: g2, address: 10.0.0.3, gpus: {model: H200, count: 1}}
+""".replace("DIGEST", DIGEST)
+
+
+def test_pod_settings_from_the_cluster_file(tmp_path: Path, expectations: dict[str, dict]) -> None:
+    """The file's image through the registry mirror; the file's tolerations plus the verified nodes' own taints."""
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    cluster = load_cluster(tmp_path / "cluster.yaml")
+    settings = incluster.pod_settings(cluster, ["g1", "g2"])
+    assert settings["image"] == f"registry.internal:5000/python:3.12-slim@{DIGEST}"
+    assert settings["tolerations"] == [
+        {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoExecute"}]
+    ds = incluster.manifests(expectations, **settings)[3]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == settings["image"] and pod["tolerations"] == settings["tolerations"]
+    kubernetes_validate.validate(ds, "1.31.0", strict=True)
+
+
+def test_manifest_command_uses_the_cluster_file(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``verify --in-cluster --manifest`` renders the file's image (through the mirror) and tolerations."""
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    monkeypatch.chdir(ROOT)
+    # --cluster reaches inventory.py through the environment; monkeypatch puts the old value back afterwards.
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(tmp_path / "cluster.yaml"))
+    assert main(["verify", "--cluster", str(tmp_path / "cluster.yaml"), "--in-cluster", "--manifest", "--json"]) == 0
+    ds = json.loads(capsys.readouterr().out)[3]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"registry.internal:5000/python:3.12-slim@{DIGEST}"
+    assert [t["key"] for t in pod["tolerations"]] == ["dedicated", "nvidia.com/gpu"]
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["g1", "g2"]
+
+
+def test_default_pod_settings(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text(
+        "version: v1\ncluster: {name: lab}\nnodes:\n  - {name: cp, address: 10.0.0.1, role: control-plane}\n")
+    settings = incluster.pod_settings(load_cluster(tmp_path / "cluster.yaml"), ["cp"])
+    assert settings == {"image": "python:3.12-slim", "tolerations": incluster.DEFAULT_TOLERATIONS}
 
 
 def test_manifests_are_valid_kubernetes_objects(expectations: dict[str, dict]) -> None:
