@@ -151,9 +151,10 @@ def make_node(tmp_path: Path) -> MigNode:
         (bin_dir / name).chmod(0o755)
     for name in ("systemctl", "modprobe"):
         shutil.copy(STANDINS / name, bin_dir / name)
-    (tmp_path / "sys" / "module" / "nvidia" / "holders").mkdir(parents=True)
-    (tmp_path / "proc").mkdir()
-    (tmp_path / "proc" / "modules").write_text("nvidia 1000 0 - Live 0x0\n")
+    kernel = tmp_path / "kernel"
+    (kernel / "sys" / "module" / "nvidia" / "holders").mkdir(parents=True)
+    (kernel / "proc").mkdir()
+    (kernel / "proc" / "modules").write_text("nvidia 1000 0 - Live 0x0\n")
     env = dict(os.environ)
     env.update(
         PATH=f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}",
@@ -161,8 +162,8 @@ def make_node(tmp_path: Path) -> MigNode:
         SYSTEMCTL_STATE=str(tmp_path / "systemctl.json"),
         SYSTEMCTL_LOG=str(tmp_path / "systemctl.log"),
         SYSTEMCTL_HOLDERS="nvidia-dcgm.service nvidia-persistenced.service",
-        MODPROBE_SYSFS=str(tmp_path / "sys"),
-        MODPROBE_PROCFS=str(tmp_path / "proc"),
+        MODPROBE_SYSFS=str(kernel / "sys"),
+        MODPROBE_PROCFS=str(kernel / "proc"),
         GPU_PROVISION_MIG_RECORD=str(tmp_path / "var" / "mig-stopped.json"),
     )
     return MigNode(tmp_path, env)

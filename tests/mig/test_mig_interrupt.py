@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from migsim import Gate, MigNode
@@ -64,7 +65,10 @@ def test_closed_output_does_not_stop_the_apply(mig_node: MigNode) -> None:
     assert proc.stdout is not None
     proc.stdout.close()
     gate.open()
-    _, err = proc.communicate(timeout=120)
+    # Not communicate(): it would use the closed stdout (and under gevent's patched subprocess it fails on it).
+    proc.wait(timeout=120)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert "gpu-provision-mig: applied: GPU 0: " in err
@@ -148,7 +152,7 @@ def test_display_modules_unloaded_for_the_reset_when_allowed(mig_node: MigNode) 
 
 def test_module_in_use_is_refused_and_kept(mig_node: MigNode) -> None:
     mig_node.sh("modprobe", "nvidia_drm", check=True)
-    modules = mig_node.root / "proc" / "modules"
+    modules = Path(mig_node.env["MODPROBE_PROCFS"]) / "modules"
     modules.write_text(modules.read_text().replace("nvidia_drm 1000 0", "nvidia_drm 1000 2"))
     result = mig_node.apply(A, *mig_node.module_args, "--allow-module-unload")
     assert result.returncode == 1, result.stdout
