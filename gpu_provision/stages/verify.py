@@ -8,7 +8,6 @@ the stage returns, read by value once it ran: by the judgement that fails the no
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -21,6 +20,8 @@ from pyinfra.api.state import BaseStateCallback
 from pyinfra.operations import files
 
 from gpu_provision import bundle
+from gpu_provision.desired import FileWant
+from gpu_provision.operations import files as node_files
 from gpu_provision.operations import verify as verification
 from gpu_provision.operations.verify import AgentRun
 from gpu_provision.verify.expect import expectations_for_host
@@ -119,9 +120,11 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None,
     remote_dir = chosen_dir or REMOTE_DIR
     expect_path = f"{remote_dir}/expect.json"
     files.directory(name="Verification agent directory", path=remote_dir, mode="0755")
-    files.put(name="Verification agent", src=io.BytesIO(bundle.build()), dest=agent_path, mode="0755")
-    files.put(name="Verification expectations", src=io.BytesIO(expectations.encode()),
-              dest=expect_path, mode="0644")
+    # Written atomically (a same-directory temporary, renamed): pyinfra's own upload writes in place, or with sudo
+    # through a predictable /tmp name and cp.
+    node_files.wants(name="Verification agent and expectations", wants=[
+        FileWant(agent_path, content=bundle.build(), mode="0755", backup=False),
+        FileWant(expect_path, content=expectations, backup=False)])
     ran = AgentRun()
 
     def judge(target: Any, run: AgentRun) -> bool:

@@ -230,7 +230,7 @@ def test_cni_applied_once(tmp_path) -> None:
     local = tmp_path / "cni.json"
     local.write_text('{"image": "docker.io/flannel/flannel:v0.26.4"}\n')
     commands = run_op(manifests.cni_applied, FakeHost(api()), source=str(local), **{**args, "registry": "reg:5000"})
-    assert commands[1] == ["upload", '{"image": "reg:5000/flannel/flannel:v0.26.4"}\n', args["path"]]
+    assert commands[1] == ["write", '{"image": "reg:5000/flannel/flannel:v0.26.4"}\n', args["path"], "root:root", "0644"]
     (failure,) = run_op(manifests.cni_applied, FakeHost(api()), source=None, **args)
     assert "cni_manifest" in failure and failure.endswith("exit 1")
 

@@ -61,3 +61,11 @@ def test_temporary_is_made_by_mktemp_in_the_target_directory() -> None:
     order = [script.index(step) for step in ("chown root:root", "chmod 0644", 'sync "$t"', "mv -f")]
     assert order == sorted(order)
     assert script.rstrip().endswith("trap - EXIT")
+
+
+def test_no_writer_uploads_through_pyinfra() -> None:
+    # pyinfra's upload writes the target in place (SFTP) or through /tmp/pyinfra-<sha1 of path> and cp (sudo).
+    package = Path(atomic.__file__).resolve().parents[1]
+    found = [f"{path.relative_to(package)}: {needle}" for path in sorted(package.rglob("*.py"))
+             for needle in ("FileUploadCommand", "files.put(", "files.template(") if needle in path.read_text()]
+    assert found == []

@@ -11,13 +11,13 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from io import StringIO
 from typing import Any
 
-from pyinfra.api import FileUploadCommand, operation
+from pyinfra.api import operation
 
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.objects import Obj, content_hash, key
+from gpu_provision.operations import atomic
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
 from gpu_provision.operations.kubernetes.probe import KUBECTL, api_or_fail, kubernetes_request
 
@@ -72,7 +72,7 @@ def manifest_applied(manifest: Manifest):
 
 # Runs on the control plane: fetch a manifest, point its images at the registry mirror, write it for kubectl.
 _FETCH_MANIFEST = (
-    "import re,sys,urllib.request\n"
+    "import os,re,sys,tempfile,urllib.request\n"
     "text=urllib.request.urlopen(sys.argv[1],timeout=60).read().decode()\n"
     "reg=sys.argv[3]\n"
     "def swap(m):\n"
@@ -80,7 +80,14 @@ _FETCH_MANIFEST = (
     "    if sep and ('.' in first or ':' in first or first=='localhost'): ref=rest\n"
     "    return m.group(1)+m.group(2)+reg.rstrip('/')+'/'+ref+m.group(2)\n"
     "if reg: text=re.sub(r'(\"?image\"?\\s*:\\s*)([\"\\']?)([^\"\\'\\s,]+)\\2',swap,text)\n"
-    "open(sys.argv[2],'w').write(text)\n"
+    "d,name=os.path.split(sys.argv[2])\n"
+    "fd,tmp=tempfile.mkstemp(dir=d,prefix='.'+name+'.')\n"
+    "try:\n"
+    "    with os.fdopen(fd,'w') as f:\n"
+    "        f.write(text);f.flush();os.fchmod(f.fileno(),0o644);os.fsync(f.fileno())\n"
+    "    os.replace(tmp,sys.argv[2])\n"
+    "except BaseException:\n"
+    "    os.unlink(tmp);raise\n"
 )
 
 
@@ -127,5 +134,5 @@ def cni_applied(source: str | None, registry: str | None, daemonset: str, path: 
     else:
         with open(source, encoding="utf-8") as handle:
             text = rewrite_images(handle.read(), registry)
-        yield FileUploadCommand(StringIO(text), path, remote_temp_filename=host.get_temp_filename(path))
+        yield atomic.write(path, text)
     yield f"{KUBECTL} apply -f {shlex.quote(path)}"
