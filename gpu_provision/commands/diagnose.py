@@ -49,15 +49,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def expectations_of(host: Any) -> Any:
     """What the cluster file expects of the host's node, for the doctor (nothing for a host outside the file)."""
-    from gpu_provision.doctor import Expectations
+    from gpu_provision.doctor import DoctorExpectations
     from gpu_provision.inventory import cluster_for, node_for
 
     try:
         node, cluster = node_for(host), cluster_for(host)
     except Exception:  # a host outside the cluster file (@local without GPU_PROVISION_NODE) is still collected
-        return Expectations()
+        return DoctorExpectations()
     image = node.verify.container_image
-    return Expectations(users=node.permissions.users, images={image: node.driver.cuda_min} if image else {},
+    return DoctorExpectations(users=node.permissions.users, images={image: node.driver.cuda_min} if image else {},
                         runtime=node.container_runtime.kind, kubernetes=cluster.kubernetes.enabled)
 
 

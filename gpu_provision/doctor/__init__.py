@@ -5,9 +5,9 @@
 Everything here is pure: ``gpu-provision diagnose`` collects, the doctor only reads.
 """
 
-from gpu_provision.doctor.evidence import Evidence, Expectations, from_archive
-from gpu_provision.doctor.report import Finding, FleetDiagnosis, NodeDiagnosis, examine
-from gpu_provision.doctor.rules import RULES, Rule
+from gpu_provision.doctor.evidence import DoctorExpectations, Evidence, from_archive
+from gpu_provision.doctor.report import Fault, FleetDiagnosis, NodeDiagnosis, examine
+from gpu_provision.doctor.rules import RULES, DoctorRule
 
-__all__ = ["RULES", "Evidence", "Expectations", "FleetDiagnosis", "Finding", "NodeDiagnosis", "Rule", "examine",
+__all__ = ["RULES", "Evidence", "DoctorExpectations", "FleetDiagnosis", "Fault", "NodeDiagnosis", "DoctorRule", "examine",
            "from_archive"]

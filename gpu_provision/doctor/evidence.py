@@ -20,7 +20,7 @@ EXPECTATIONS = "expectations.json"
 
 
 @dataclass(frozen=True)
-class Expectations:
+class DoctorExpectations:
     """What the cluster file says about the node, as the rules need it; every field may be unknown.
 
     ``images``: container image -> the CUDA version the file declares for it (``driver.cuda_min``), or None.
@@ -37,7 +37,7 @@ class Expectations:
                 "kubernetes": self.kubernetes}
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Expectations:
+    def from_json(cls, doc: dict[str, Any]) -> DoctorExpectations:
         """Read back :meth:`to_json`'s form."""
         return cls(users=tuple(doc.get("users") or ()), images=dict(doc.get("images") or {}),
                    runtime=doc.get("runtime"), kubernetes=bool(doc.get("kubernetes")))
@@ -60,7 +60,7 @@ class Evidence:
 
     node: str
     files: dict[str, str]
-    expect: Expectations = field(default_factory=Expectations)
+    expect: DoctorExpectations = field(default_factory=DoctorExpectations)
 
     def text(self, name: str) -> str | None:
         """The item ``name``, or None when the bundle lacks it."""
@@ -138,5 +138,5 @@ def from_archive(path: str, node: str | None = None) -> Evidence:
             if handle is not None:
                 files[member.name] = handle.read().decode("utf-8", "replace")
     manifest = json.loads(files.get("manifest.json") or "{}")
-    expect = Expectations.from_json(json.loads(files.get(EXPECTATIONS) or "{}"))
+    expect = DoctorExpectations.from_json(json.loads(files.get(EXPECTATIONS) or "{}"))
     return Evidence(node=node or manifest.get("node") or path, files=files, expect=expect)

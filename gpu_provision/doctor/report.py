@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_provision.doctor.evidence import Evidence
-from gpu_provision.doctor.rules import RULES, Rule
+from gpu_provision.doctor.rules import RULES, DoctorRule
 
 
 @dataclass(frozen=True)
-class Finding:
+class Fault:
     """One instance of a known fault on a node: the rule that names it and what it saw."""
 
-    rule: Rule
+    rule: DoctorRule
     detail: str
 
     def to_json(self) -> dict[str, str]:
@@ -22,9 +22,9 @@ class Finding:
         return {"rule": r.id, "title": r.title, "detail": self.detail, "explanation": r.explanation, "fix": r.fix}
 
 
-def examine(evidence: Evidence, rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+def examine(evidence: Evidence, rules: tuple[DoctorRule, ...] = RULES) -> list[Fault]:
     """Every rule run on one node's evidence, in table order."""
-    return [Finding(rule, detail) for rule in rules for detail in rule.check(evidence)]
+    return [Fault(rule, detail) for rule in rules for detail in rule.check(evidence)]
 
 
 @dataclass
@@ -33,7 +33,7 @@ class NodeDiagnosis:
 
     node: str
     bundle: str | None = None
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Fault] = field(default_factory=list)
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from gpu_provision.doctor.xid import xid_events
 
 
 @dataclass(frozen=True)
-class Rule:
+class DoctorRule:
     """One known fault: ``id``, ``title`` (the symptom users search for), ``evidence`` (bundle items read),
     ``explanation``, ``fix``, and ``check`` (evidence -> one line per instance found)."""
 
@@ -190,53 +190,53 @@ def device_plugin_missing(ev: Evidence) -> list[str]:
     return []
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("cuda-driver-insufficient", "CUDA driver version is insufficient for CUDA runtime version",
+RULES: tuple[DoctorRule, ...] = (
+    DoctorRule("cuda-driver-insufficient", "CUDA driver version is insufficient for CUDA runtime version",
          ("nvidia-smi/q.xml", "runtime/images.json", "expectations.json"),
          "A container image built for a newer CUDA than the node's driver supports fails at CUDA initialisation "
          "(the container toolkit refuses images whose NVIDIA_REQUIRE_CUDA the driver does not meet).",
          "Install a driver branch that supports the image's CUDA version (driver.branch), or use an image built "
          "for the driver's CUDA version or older.", cuda_insufficient),
-    Rule("nvml-permissions", "Failed to initialize NVML: Insufficient Permissions",
+    DoctorRule("nvml-permissions", "Failed to initialize NVML: Insufficient Permissions",
          ("system/devices.json", "system/users.json", "nvidia-smi/nvidia-smi.txt"),
          "The NVIDIA device files (/dev/nvidiactl, /dev/nvidiaN) are not readable and writable by the user, "
          "neither by their mode nor through a group the user belongs to.",
          "Set permissions.group/permissions.mode and list the user in permissions.users, deploy, then log in "
          "again so the new group applies.", nvml_permissions),
-    Rule("driver-library-mismatch", "Failed to initialize NVML: Driver/library version mismatch",
+    DoctorRule("driver-library-mismatch", "Failed to initialize NVML: Driver/library version mismatch",
          ("files/proc/driver/nvidia/version", "versions/libnvidia-ml.txt", "nvidia-smi/nvidia-smi.txt"),
          "The userspace driver libraries were upgraded while the older kernel module stays loaded.",
          "Reboot the node (or unload and reload the nvidia modules once no process uses the GPUs); hold the "
          "driver packages so unattended upgrades cannot do it again.", library_mismatch),
-    Rule("xid-errors", "NVRM: Xid", ("kernel/nvidia.log",),
+    DoctorRule("xid-errors", "NVRM: Xid", ("kernel/nvidia.log",),
          "The driver logged Xid events: GPU, memory, NVLink or application faults, decoded with NVIDIA's Xid "
          "catalogue.", "Follow each code's immediate action; repeated hardware codes on one GPU call for NVIDIA "
          "support with this bundle.", xid_errors),
-    Rule("fabric-manager-down", "cudaErrorSystemNotReady: system not yet initialized (NVSwitch)",
+    DoctorRule("fabric-manager-down", "cudaErrorSystemNotReady: system not yet initialized (NVSwitch)",
          ("nvidia-smi/q.xml", "probe.json"),
          "On NVSwitch systems (HGX) CUDA cannot start until Fabric Manager has trained the fabric and registered "
          "every GPU; a stopped or failing Fabric Manager leaves the GPUs unregistered.",
          "Install nvidia-fabricmanager of exactly the driver's version and start it (driver.fabric_manager); read "
          "journals/nvidia-fabricmanager.log for its reason.", fabric_manager_down),
-    Rule("nouveau-loaded", "nouveau is loaded / NVIDIA driver not loaded",
+    DoctorRule("nouveau-loaded", "nouveau is loaded / NVIDIA driver not loaded",
          ("files/proc/modules", "probe.json"),
          "The open-source nouveau module holds the GPUs, so the NVIDIA driver cannot bind to them.",
          "Blacklist nouveau (the driver stage writes /etc/modprobe.d/blacklist-nouveau.conf), rebuild the "
          "initramfs and reboot.", nouveau_loaded),
-    Rule("reboot-pending", "kernel installed but not running (reboot required)",
+    DoctorRule("reboot-pending", "kernel installed but not running (reboot required)",
          ("probe.json", "files/var/run/reboot-required"),
          "A newer kernel (or a package asking for a reboot) is installed: the driver modules built for it are "
          "not loaded until the node reboots.", "Drain the node and reboot it (driver.reboot: allowed lets the "
          "deploy do it).", reboot_pending),
-    Rule("mig-pending", "MIG mode pending: a GPU reset is required", ("nvidia-smi/q.xml",),
+    DoctorRule("mig-pending", "MIG mode pending: a GPU reset is required", ("nvidia-smi/q.xml",),
          "MIG mode was changed but takes effect only after a GPU reset; until then the GPU keeps its old mode.",
          "Stop the GPU's processes and reset it (nvidia-smi -r -i GPU), or reboot; the gpu-provision-mig boot "
          "unit applies the layout at boot.", mig_pending),
-    Rule("runtime-not-configured", "could not select device driver \"\" with capabilities: [[gpu]]",
+    DoctorRule("runtime-not-configured", "could not select device driver \"\" with capabilities: [[gpu]]",
          ("files/etc/docker/daemon.json", "runtime/docker-info.json", "files/etc/containerd/config.toml"),
          "The container runtime has no nvidia runtime configured, so containers asking for GPUs get none.",
          "Deploy the toolkit stage (nvidia-ctk runtime configure) and restart the runtime.", runtime_unconfigured),
-    Rule("device-plugin-not-registered", "0/N nodes are available: Insufficient nvidia.com/gpu",
+    DoctorRule("device-plugin-not-registered", "0/N nodes are available: Insufficient nvidia.com/gpu",
          ("listings/var/lib/kubelet/device-plugins.txt", "journals/kubelet.log"),
          "The kubelet runs but no NVIDIA device plugin registered with it, so the node offers no nvidia.com/gpu.",
          "Check the device plugin DaemonSet's pod on this node (kubectl -n kube-system get pods -o wide) and its "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from diagnose_samples import EXPECT, healthy_files
 
-from gpu_provision.doctor import Evidence, Expectations
+from gpu_provision.doctor import DoctorExpectations, Evidence
 
 
 @pytest.fixture
@@ -13,7 +13,7 @@ def evidence():
     """A function making evidence from the healthy H200 bundle with some items replaced (None removes one)."""
 
     def make(changes: dict[str, str | None] | None = None, host: str = "h200",
-             expect: Expectations = EXPECT) -> Evidence:
+             expect: DoctorExpectations = EXPECT) -> Evidence:
         files = healthy_files(host)
         for name, value in (changes or {}).items():
             if value is None:

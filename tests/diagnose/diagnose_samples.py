@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpu_provision.doctor import Expectations
+from gpu_provision.doctor import DoctorExpectations
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -38,7 +38,7 @@ def healthy_files(host: str = "h200") -> dict[str, str]:
     return files
 
 
-EXPECT = Expectations(users=("alice",), images={"nvidia/cuda:12.8.1-base-ubuntu24.04": None}, runtime="docker",
+EXPECT = DoctorExpectations(users=("alice",), images={"nvidia/cuda:12.8.1-base-ubuntu24.04": None}, runtime="docker",
                       kubernetes=True)
 
 

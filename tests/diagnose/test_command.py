@@ -12,7 +12,7 @@ from pathlib import Path
 from diagnose_samples import EXPECT
 
 from gpu_provision.commands.diagnose import add_to_archive, node_request
-from gpu_provision.doctor import RULES, Finding, FleetDiagnosis, NodeDiagnosis, from_archive
+from gpu_provision.doctor import RULES, Fault, FleetDiagnosis, NodeDiagnosis, from_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_node_request_and_controller_documents(tmp_path):
 
 def test_summary_and_exit_status():
     rule = RULES[0]
-    found = NodeDiagnosis(node="gpu-01", bundle="out/gpu-01.tar.gz", findings=[Finding(rule, "an image")])
+    found = NodeDiagnosis(node="gpu-01", bundle="out/gpu-01.tar.gz", findings=[Fault(rule, "an image")])
     clean = NodeDiagnosis(node="gpu-02", bundle="out/gpu-02.tar.gz")
     assert FleetDiagnosis([clean], "out").exit_status == 0
     assert FleetDiagnosis([clean, found], "out").exit_status == 1

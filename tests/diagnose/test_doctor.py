@@ -8,7 +8,7 @@ import json
 import pytest
 from diagnose_samples import EXPECT
 
-from gpu_provision.doctor import RULES, Expectations, examine
+from gpu_provision.doctor import RULES, DoctorExpectations, examine
 
 
 def fired(ev):
@@ -30,14 +30,14 @@ def test_image_newer_than_driver_cuda(evidence):
     image = "nvidia/cuda:13.1.0-base-ubuntu24.04"
     ev = evidence({"runtime/images.json": json.dumps({image: {"runtime": "docker", "env": [
         "CUDA_VERSION=13.1.0", "NVIDIA_REQUIRE_CUDA=cuda>=13.1"]}})},
-        expect=Expectations(users=("alice",), images={image: None}, runtime="docker"))
+        expect=DoctorExpectations(users=("alice",), images={image: None}, runtime="docker"))
     [finding] = examine(ev)
     assert finding.rule.id == "cuda-driver-insufficient"
     assert finding.detail == f"{image} needs CUDA 13.1; the driver supports CUDA 13.0"
 
 
 def test_image_cuda_from_declared_setting_then_tag(evidence):
-    declared = Expectations(images={"registry.local/train:v7": "13.2", "nvidia/cuda:12.4.1-runtime": None})
+    declared = DoctorExpectations(images={"registry.local/train:v7": "13.2", "nvidia/cuda:12.4.1-runtime": None})
     assert [f.detail for f in examine(evidence({"runtime/images.json": "{}"}, expect=declared))] == [
         "registry.local/train:v7 needs CUDA 13.2; the driver supports CUDA 13.0"]
 
@@ -130,7 +130,7 @@ def test_docker_without_nvidia_runtime(evidence):
 
 
 def test_containerd_without_nvidia_runtime(evidence):
-    expect = Expectations(users=EXPECT.users, images=EXPECT.images, runtime="containerd", kubernetes=True)
+    expect = DoctorExpectations(users=EXPECT.users, images=EXPECT.images, runtime="containerd", kubernetes=True)
     plain = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"x\"\n"
     assert fired(evidence({"files/etc/containerd/config.toml": plain}, expect=expect)) == ["runtime-not-configured"]
     configured = plain + "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.nvidia]\n"
