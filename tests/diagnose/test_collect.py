@@ -69,3 +69,21 @@ def test_user_groups_and_device_listing(tmp_path):
 
 def test_diagnose_is_an_entry_of_the_node_package():
     assert node_main.ENTRIES["diagnose"] == ".diagnose"
+
+
+def test_bug_report_read_back_bounded(tmp_path, monkeypatch):
+    tool = tmp_path / "bin" / "nvidia-bug-report.sh"
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\n# --output-file NAME writes NAME.gz, as NVIDIA\'s script does\n'
+                    'printf "nvidia-bug-report.sh\\npassword=hunter2\\n%0200d\\n" 0 | gzip > "$2.gz"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tool.parent}:/usr/bin:/bin")
+    name, data, entry = collect.bug_report_item(seconds=30, limit=40)
+    assert name == "nvidia-bug-report.log" and entry["rc"] == 0 and entry["truncated"]
+    assert data.startswith(b"nvidia-bug-report.sh\npassword=hunter2") and len(data) == 40
+    path = tmp_path / "b.tar.gz"
+    collect.write_bundle(str(path), {}, found=[(name, data, entry)])
+    with tarfile.open(path) as archive:
+        assert b"hunter2" not in archive.extractfile(name).read()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert collect.bug_report_item() is None

@@ -191,9 +191,12 @@ def bug_report_item(seconds=BUG_REPORT_SECONDS, limit=BUG_REPORT_BYTES):
         base = os.path.join(workdir, "nvidia-bug-report.log")
         _, entry = bounded.run([tool, "--output-file", base], seconds)
         data = b""
-        if os.path.exists(base + ".gz"):
-            with gzip.open(base + ".gz", "rb") as handle:
-                data = handle.read(limit + 1)
+        # The tool adds .gz to the name it is given; read a plain file too, should a version not compress.
+        for path, opener in ((base + ".gz", gzip.open), (base, open)):
+            if os.path.exists(path):
+                with opener(path, "rb") as handle:
+                    data = handle.read(limit + 1)
+                break
         if len(data) > limit:
             data, entry["truncated"] = data[:limit], True
         return "nvidia-bug-report.log", data, entry
