@@ -3,7 +3,8 @@
 A reader (a service restarting, apt, modprobe, the boot unit) sees the old file or the new one, never a partial
 one, and an interrupted run leaves the old file in place. The content travels on the command's standard input,
 base64-encoded, and is checked against its SHA-256 before the rename: a connection that drops mid-transfer ends
-the input early, the check fails and the temporary file is removed. The temporary name comes from ``mktemp`` in
+the input early, the check fails and the temporary file is removed (also when the shell is signalled: a hang-up,
+or a broken pipe as it reports the failure to the closed connection). The temporary name comes from ``mktemp`` in
 the target's own directory (no name in a world-writable directory, never predictable); it starts with a dot and
 ends in random letters, so no tool that reads ``*.conf``, ``*.sources``, ``*.repo``, ``*.service`` or dot-less
 names picks up one left by a ``kill -9``.
@@ -23,15 +24,17 @@ from pyinfra.api import StringCommand
 
 _SCRIPT = """\
 set -e
+t=
+trap '[ -z "$t" ] || rm -f "$t"' EXIT
+trap 'exit 1' HUP INT TERM PIPE
 t=$(mktemp {dir}/.{name}.XXXXXXXX)
-trap 'rm -f "$t"' EXIT
 base64 -d > "$t"
 if [ "$(sha256sum < "$t")" != "{digest}  -" ]; then echo {incomplete} >&2; exit 1; fi
 chown {owner}:{group} "$t"
 chmod {mode} "$t"
 sync "$t"
 mv -f "$t" {path}
-trap - EXIT"""
+t="""
 
 
 class AtomicWrite(StringCommand):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 from gpu_provision.operations import atomic
@@ -53,6 +55,26 @@ def test_content_cut_short_leaves_the_old_file_and_no_temporary(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cuda.sources"]
 
 
+def test_a_hang_up_mid_transfer_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "config.toml"
+    target.write_text("old\n")
+    command = atomic.write(str(target), "x" * 100_000, "0644", OWNER, GROUP)
+    proc = subprocess.Popen(["sh", "-c", command.get_raw_value()], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None
+    proc.stdin.write(command.connector_arguments["_stdin"][:1000].encode())
+    proc.stdin.flush()
+    deadline = time.monotonic() + 10
+    while not [p for p in tmp_path.iterdir() if p.name.startswith(".config.toml.")]:
+        assert time.monotonic() < deadline, "no temporary file appeared"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGHUP)
+    proc.wait(timeout=10)
+    proc.stdin.close()
+    assert proc.returncode != 0
+    assert target.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
+
+
 def test_temporary_is_made_by_mktemp_in_the_target_directory() -> None:
     script = atomic.write("/etc/apt/apt.conf.d/90 proxy", "x\n").get_raw_value()
     assert "t=$(mktemp /etc/apt/apt.conf.d/.90_proxy.XXXXXXXX)" in script
@@ -60,7 +82,7 @@ def test_temporary_is_made_by_mktemp_in_the_target_directory() -> None:
     # Owner and mode are set and the data synced before the rename makes the file visible.
     order = [script.index(step) for step in ("chown root:root", "chmod 0644", 'sync "$t"', "mv -f")]
     assert order == sorted(order)
-    assert script.rstrip().endswith("trap - EXIT")
+    assert script.endswith("""mv -f "$t" '/etc/apt/apt.conf.d/90 proxy'\nt=""")
 
 
 def test_no_writer_uploads_through_pyinfra() -> None:
