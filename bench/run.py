@@ -6,8 +6,10 @@ For each fleet (rig nodes with systemd; a simulated fleet of loopback sshd hosts
 * the same check with stock pyinfra operations in ``--dry`` mode (one fact per operation),
 * an equivalent Ansible playbook with ``--check --diff``,
 
-and prints wall time, remote commands per host and the controller's peak memory, each with its ratio to
-gpu-provision, then how cost grows with the fleet and with the number of operations. Results also go to
+and prints wall time, remote commands per host, the controller's CPU seconds per host and (on the loopback fleet)
+the hosts' sshd CPU seconds per host, and the controller's peak memory, each with its ratio to gpu-provision, then
+how cost grows with the fleet and with the number of operations; ``--profile N`` adds where the controller's time
+goes in one drift run over N fleet hosts. Results also go to
 ``bench/results/<time>.json`` and ``.txt``. Needs root (rig nodes and the loopback fleet run in namespaces).
 """
 
@@ -16,14 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import tools
-from bench.fleet import LoopbackFleet
+from bench import hotspots, tools
+from bench.fleet import MAX_HOSTS, LoopbackFleet, check_limits, raise_open_files
 from bench.playbook import write_inventory, write_playbook
 from bench.workload import Workload, base_versions, converge_script, write_json
 
@@ -42,15 +45,22 @@ def _sizes(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rig-sizes", type=_sizes, default=[1, 3, 6], help="rig node counts (default 1,3,6; max 6)")
     p.add_argument("--fleet-sizes", type=_sizes, default=[10, 50, 100],
-                   help="loopback-fleet host counts (default 10,50,100; max 200)")
+                   help=f"loopback-fleet host counts (default 10,50,100; max {MAX_HOSTS})")
+    p.add_argument("--rig-sizes", type=_sizes, default=[1, 3, 6],
+                   help="rig node counts (default 1,3,6; max 6; empty: no rig nodes are started)")
     p.add_argument("--files", type=int, default=8, help="config files in the workload (default 8)")
     p.add_argument("--growth-files", type=int, default=40,
                    help="config files in the larger workload run on the largest rig size (default 40; 0: skip)")
     p.add_argument("--tools", default=",".join(TOOLS), help="tools to run (default: ours,pyinfra,ansible)")
+    p.add_argument("--others-max-hosts", type=int, default=200,
+                   help="run stock pyinfra and Ansible only on fleet sizes up to this (default 200; gpu-provision "
+                        "runs on every size)")
+    p.add_argument("--profile", type=int, default=0, metavar="HOSTS",
+                   help="also profile one gpu-provision drift run over this many fleet hosts (0: no profile)")
     p.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="scratch directory (default: %(default)s)")
-    p.add_argument("--max-seconds", type=int, default=1800, help="the loopback fleet stops itself after this")
+    p.add_argument("--max-seconds", type=int, default=1800,
+                   help="the loopback fleet stops itself after this, even if the benchmark is still running")
     p.add_argument("--keep-rig-nodes", action="store_true",
                    help="leave the benchmark's rig nodes running (a re-run then skips booting and converging)")
     args = p.parse_args(argv)
@@ -58,8 +68,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.tools) - set(TOOLS)
     if unknown:
         p.error(f"unknown tools: {', '.join(sorted(unknown))}")
-    if any(not 1 <= n <= 6 for n in args.rig_sizes) or any(not 1 <= n <= 200 for n in args.fleet_sizes):
-        p.error("rig sizes must be 1..6 and fleet sizes 1..200")
+    if any(not 1 <= n <= 6 for n in args.rig_sizes) or any(not 1 <= n <= MAX_HOSTS for n in args.fleet_sizes):
+        p.error(f"rig sizes must be 1..6 and fleet sizes 1..{MAX_HOSTS}")
+    if args.profile and (not args.fleet_sizes or args.profile > max(args.fleet_sizes) or "ours" not in args.tools):
+        p.error("--profile needs gpu-provision among the tools and at most the largest fleet size")
     return args
 
 
@@ -86,10 +98,13 @@ class Bench:
         self.results: list[tools.Measurement] = []
         self.pipeline: dict[str, Any] | None = None
         self.unreachable: dict[str, Any] | None = None
+        self.profile: dict[str, Any] | None = None
+        self.first_contact: dict[str, Any] | None = None
 
     def measure(self, fleet: str, hosts: list[tuple[str, str]], workload: Workload, key: Path,
-                known_hosts: Path) -> None:
-        """Run every chosen tool once against ``hosts`` with ``workload``."""
+                known_hosts: Path, hosts_cpu: Callable[[], float] | None = None) -> None:
+        """Run every chosen tool once against ``hosts`` with ``workload``; ``hosts_cpu``, when given, reads the
+        CPU seconds the hosts' side has spent so far (read before and after each tool)."""
         ops = workload.operations
         folder = self.work / f"{fleet}-{len(hosts)}-{ops}"
         folder.mkdir(exist_ok=True)
@@ -105,11 +120,17 @@ class Bench:
                                              forks=min(40, len(hosts))),
         }
         for tool in self.args.tools:
+            if tool != "ours" and fleet == "fleet" and len(hosts) > self.args.others_max_hosts:
+                continue
+            before = hosts_cpu() if hosts_cpu else None
             result = runners[tool]()
+            if hosts_cpu and before is not None:
+                result.hosts_cpu_s = hosts_cpu() - before
             self.results.append(result)
-            print(f"  {fleet:<5} {len(hosts):>3} hosts {ops:>3} ops  {result.tool:<16} {result.wall_s:7.2f} s  "
-                  f"{result.commands_per_host:6.1f} cmds/host  {'in sync' if result.in_sync else result.note}",
-                  flush=True)
+            print(f"  {fleet:<5} {len(hosts):>4} hosts {ops:>3} ops  {result.tool:<16} {result.wall_s:7.2f} s  "
+                  f"{result.commands_per_host:6.1f} cmds/host  "
+                  f"{1000 * result.controller_cpu_s / len(hosts):6.1f} ms controller CPU/host  "
+                  f"{'in sync' if result.in_sync else result.note}", flush=True)
 
     def rig(self, workload: Workload, growth: Workload | None, converge: str) -> None:
         """The rig part: systemd nodes behind the rig's loopback forwarders."""
@@ -143,10 +164,41 @@ class Bench:
         fleet.prepare(converge)
         with fleet:
             hosts = [(h.name, h.address) for h in fleet.start()]
+            if "ours" in self.args.tools:
+                self.first_contact = self.warm_up(hosts, workload, fleet)
             for size in sizes:
-                self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts)
+                self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts, fleet.cpu_seconds)
+            if self.args.profile:
+                self.profile = self.profiled(hosts[:self.args.profile], workload, fleet)
             if "ours" in self.args.tools:
                 self.unreachable = self.with_bad_hosts(hosts[:min(sizes)], workload, fleet)
+
+    def warm_up(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
+        """One untimed gpu-provision drift run over every fleet host before measuring: hosts it has not met yet
+        get the full probe command and keep the probe's modules, so the measured runs show the steady state of
+        repeated checks (the short command). Its own figures are kept as the first-contact cost."""
+        folder = self.work / "first-contact"
+        folder.mkdir(exist_ok=True)
+        before = fleet.cpu_seconds()
+        result = tools.ours(folder, "fleet", [n for n, _ in hosts], workload.operations,
+                            write_cluster(folder / "cluster.yaml", hosts, fleet.client_key, fleet.known_hosts),
+                            write_json(folder / "workload.json", workload))
+        print(f"  first contact with {len(hosts)} hosts (not timed): {result.wall_s:.2f} s, "
+              f"{'in sync' if result.in_sync else result.note}", flush=True)
+        return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2), "in_sync": result.in_sync,
+                "check_cpu_s": result.check_cpu_s, "hosts_cpu_s": round(fleet.cpu_seconds() - before, 2)}
+
+    def profiled(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
+        """One more gpu-provision drift run over ``hosts``, under cProfile, grouped by what the time is for."""
+        folder = self.work / f"profile-{len(hosts)}"
+        folder.mkdir(exist_ok=True)
+        stats = folder / "drift.pstats"
+        result = tools.ours(folder, "fleet", [n for n, _ in hosts], workload.operations,
+                            write_cluster(folder / "cluster.yaml", hosts, fleet.client_key, fleet.known_hosts),
+                            write_json(folder / "workload.json", workload), profile=stats)
+        return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2),
+                "controller_cpu_s": round(result.controller_cpu_s, 2), "stats": str(stats),
+                "groups": hotspots.summary(stats, len(hosts)) if stats.exists() else []}
 
     def with_bad_hosts(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
         """gpu-provision on fleet hosts plus one host that accepts and never answers and one that refuses,
@@ -167,11 +219,18 @@ class Bench:
                 "exit_status": report["exit_status"]}
 
 
+def _per_host(seconds: float | None, hosts: int, width: int) -> str:
+    return f"{1000 * seconds / hosts:{width}.1f}" if seconds is not None else f"{'-':>{width}}"
+
+
 def table(results: list[tools.Measurement]) -> str:
     """Side-by-side table with ratios to gpu-provision, then growth with fleet size and operations."""
     head = (f"{'fleet':<6}{'hosts':>6}{'ops':>5}  {'tool':<16}{'wall s':>8}{'x ours':>8}{'cmds/host':>11}"
-            f"{'x ours':>8}{'RSS MB':>8}{'x ours':>8}  in sync")
-    lines = [head, "-" * len(head)]
+            f"{'x ours':>8}{'ctl CPU ms/host':>17}{'x ours':>8}{'check':>7}{'sshd CPU ms/host':>18}{'RSS MB':>8}{'x ours':>8}"
+            "  in sync")
+    lines = ["ctl CPU: the tool's process and its children, start-up included; check: gpu-provision's check alone, "
+             "without start-up; sshd CPU: every sshd, session and probe of the fleet during the run", "",
+             head, "-" * len(head)]
     base: dict[tuple[str, int, int], tools.Measurement] = {
         (r.fleet, r.hosts, r.operations): r for r in results if r.tool == "gpu-provision"}
     for r in results:
@@ -183,7 +242,10 @@ def table(results: list[tools.Measurement]) -> str:
         lines.append(
             f"{r.fleet:<6}{r.hosts:>6}{r.operations:>5}  {r.tool:<16}{r.wall_s:8.2f}"
             f"{ratio(r.wall_s, ref.wall_s if ref else None)}{r.commands_per_host:11.1f}"
-            f"{ratio(r.commands_per_host, ref.commands_per_host if ref else None)}{r.peak_rss_mb:8.0f}"
+            f"{ratio(r.commands_per_host, ref.commands_per_host if ref else None)}"
+            f"{1000 * r.controller_cpu_s / r.hosts:17.1f}{ratio(r.controller_cpu_s, ref.controller_cpu_s if ref else None)}"
+            f"{_per_host(r.check_cpu_s, r.hosts, 7)}{_per_host(r.hosts_cpu_s, r.hosts, 18)}"
+            f"{r.peak_rss_mb:8.0f}"
             f"{ratio(r.peak_rss_mb, ref.peak_rss_mb if ref else None)}  "
             f"{'yes' if r.in_sync else 'NO: ' + r.note}")
     lines += ["", "Growth with fleet size (seconds per added host between the smallest and largest size):"]
@@ -220,12 +282,25 @@ def pipeline_lines(p: dict[str, Any]) -> str:
             f"{dry['changes']} operation changes  exit {dry['exit_status']}")
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every tool found every node in sync, 1 otherwise."""
     args = parse_args(argv)
     if os.geteuid() != 0:
         print("the benchmark needs root (rig nodes and the loopback fleet run in namespaces)")
         return 2
+    # Ended by a signal, the benchmark still unwinds, so the fleet and rig nodes are stopped on the way out.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    raise_open_files()
+    if args.fleet_sizes:
+        problems = check_limits(max(args.fleet_sizes), parallel=40 * (os.cpu_count() or 1))
+        if problems:
+            print("this machine cannot hold the fleet: " + "; ".join(problems))
+            return 2
     from bench.rignodes import base_root
 
     bench = Bench(args)
@@ -245,6 +320,18 @@ def main(argv: list[str] | None = None) -> int:
         fleet_workload = workload.without_units()
         bench.fleet(base, fleet_workload, converge_script(fleet_workload, most_files))
     text = table(bench.results)
+    if bench.first_contact:
+        first = bench.first_contact
+        text += (f"\n\nBefore measuring, one gpu-provision drift run over all {first['hosts']} fleet hosts, where hosts "
+                 f"it had not met got the full probe command and kept its modules: {first['wall_s']:.2f} s, "
+                 f"check CPU {1000 * (first['check_cpu_s'] or 0) / first['hosts']:.1f} ms/host, sshd CPU "
+                 f"{1000 * first['hosts_cpu_s'] / first['hosts']:.1f} ms/host, "
+                 f"{'in sync' if first['in_sync'] else 'NOT in sync'}")
+    if bench.profile:
+        prof = bench.profile
+        text += (f"\n\nWhere the controller's time goes (cProfile of one gpu-provision drift run over {prof['hosts']} "
+                 f"fleet hosts, {prof['wall_s']:.2f} s wall, {prof['controller_cpu_s']:.2f} s CPU under the "
+                 f"profiler):\n" + "\n".join(hotspots.lines(prof["groups"])))
     if bench.pipeline:
         text += "\n\n" + pipeline_lines(bench.pipeline)
     if bench.unreachable:
@@ -259,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta: dict[str, Any] = {"argv": argv, "cpus": os.cpu_count(), "seconds": round(time.monotonic() - started, 1),
                             "workdir": str(bench.work)}
+    meta["load_average"] = os.getloadavg()
     (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta, "pipeline": bench.pipeline,
+                                                      "profile": bench.profile,
+                                                      "first_contact": bench.first_contact,
                                                       "unreachable": bench.unreachable,
                                                       "results": [r.to_json() for r in bench.results]}, indent=1))
     (RESULTS / f"{stamp}.txt").write_text(text + "\n")

@@ -30,6 +30,12 @@ class Measurement:
     commands: dict[str, int] = field(default_factory=dict)
     in_sync: bool | None = None
     note: str = ""
+    #: CPU seconds of the tool's process and the children it waited for (the controller's share).
+    controller_cpu_s: float = 0.0
+    #: CPU seconds the hosts' side spent during the run (every sshd, session and probe); None where not measured.
+    hosts_cpu_s: float | None = None
+    #: gpu-provision only: CPU seconds of the check itself, without the process's start-up and imports.
+    check_cpu_s: float | None = None
 
     @property
     def commands_per_host(self) -> float:
@@ -40,6 +46,7 @@ class Measurement:
         """Plain form for the results file."""
         out = dict(self.__dict__)
         out["commands_per_host"] = round(self.commands_per_host, 2)
+        out["controller_cpu_s"] = round(self.controller_cpu_s, 3)
         return out
 
 
@@ -52,6 +59,7 @@ class Run:
     stderr: str
     wall_s: float
     peak_rss_mb: float
+    cpu_s: float
 
 
 def run_measured(argv: list[str], workdir: Path, tag: str, env: dict[str, str] | None = None,
@@ -75,23 +83,29 @@ def run_measured(argv: list[str], workdir: Path, tag: str, env: dict[str, str] |
         wall = time.monotonic() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     return Run(proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace"), wall,
-               usage.ru_maxrss / 1024)
+               usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime)
 
 
-def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path, workload: Path) -> Measurement:
-    """gpu-provision's drift engine with the workload stage, over the repository's inventory.py."""
-    run = run_measured([sys.executable, "-m", "bench.ours", "inventory.py", str(workload)], workdir,
-                       f"ours-{fleet}-{len(names)}-{operations}", env={"GPU_PROVISION_CLUSTER": str(cluster)})
+def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path, workload: Path,
+         profile: Path | None = None) -> Measurement:
+    """gpu-provision's drift engine with the workload stage, over the repository's inventory.py (under cProfile,
+    its statistics written to ``profile``, when given)."""
+    tag = f"ours-{fleet}-{len(names)}-{operations}" + ("-profiled" if profile else "")
+    run = run_measured([sys.executable, "-m", "bench.ours", "inventory.py", str(workload),
+                        *(["--profile", str(profile)] if profile else [])], workdir,
+                       tag, env={"GPU_PROVISION_CLUSTER": str(cluster)})
     try:
         report = json.loads(run.stdout)
     except ValueError:
         return Measurement("gpu-provision", fleet, len(names), operations, run.wall_s, run.peak_rss_mb,
-                           note=f"failed (rc {run.rc}): {run.stderr.strip().splitlines()[-1:]}")
+                           note=f"failed (rc {run.rc}): {run.stderr.strip().splitlines()[-1:]}",
+                           controller_cpu_s=run.cpu_s)
     commands = {n["name"]: n["commands"] for n in report["nodes"]}
     drift = [f"{n['name']}: {n['status']} {n['differences'][:1] or n['problems'][:1]}"
              for n in report["nodes"] if n["status"] != "in-sync"]
     return Measurement("gpu-provision", fleet, len(names), operations, run.wall_s, run.peak_rss_mb, commands,
-                       in_sync=run.rc == 0, note="; ".join(drift)[:300])
+                       in_sync=run.rc == 0, note="; ".join(drift)[:300], controller_cpu_s=run.cpu_s,
+                       check_cpu_s=report.get("bench", {}).get("check_cpu_s"))
 
 
 def pipeline(workdir: Path, hosts: int, cluster: Path) -> dict[str, Any]:
@@ -132,7 +146,7 @@ def stock_pyinfra(workdir: Path, fleet: str, names: list[str], operations: int, 
     in_sync = run.rc == 0 and changes == 0
     note = "" if in_sync else f"rc {run.rc}, {changes} operations would change"
     return Measurement("stock pyinfra", fleet, len(names), operations, run.wall_s, run.peak_rss_mb, counts,
-                       in_sync=in_sync, note=note)
+                       in_sync=in_sync, note=note, controller_cpu_s=run.cpu_s)
 
 
 def pyinfra_changes(text: str) -> int:
@@ -183,4 +197,4 @@ def ansible(workdir: Path, fleet: str, hosts: list[tuple[str, str]], operations:
     in_sync = run.rc == 0 and len(recap) == len(hosts) and not bad
     note = "" if in_sync else (f"rc {run.rc}; " + "; ".join(bad[:3]))[:300]
     return Measurement("ansible --check", fleet, len(hosts), operations, run.wall_s, run.peak_rss_mb, counts,
-                       in_sync=in_sync, note=note)
+                       in_sync=in_sync, note=note, controller_cpu_s=run.cpu_s)
