@@ -10,12 +10,17 @@ a node two ways, both built here from the same files:
   content comparison uploads it again only when the node code changed.
 * :func:`probe_command` carries only the modules the ``probe`` entry imports, base64 in a ``python3 -c`` loader
   that imports them from memory: reading a node's state stays one SSH command with no upload, which drift relies on.
+  That full form also keeps the modules on the node under :data:`PROBE_CACHE`, by the digest of their archive
+  (:mod:`gpu_provision.node.probe._cache`); once a node holds them, ``probe_command(request, cached=True)`` is a
+  few hundred bytes that import them from there. When the copy is gone, the short form answers
+  :data:`CACHE_MISS` and the caller sends the full form.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import io
 import json
 import os
@@ -30,6 +35,11 @@ PACKAGE = "gpu_provision_node"
 NODE_DIR = "/usr/local/lib/gpu-provision"
 BUNDLE_NAME = "gpu-provision-node.pyz"
 BUNDLE_PATH = f"{NODE_DIR}/{BUNDLE_NAME}"
+
+#: Where nodes keep the probe's modules by digest (root's alone, mode 0700).
+PROBE_CACHE = "/var/cache/gpu-provision/probe"
+#: What the short probe command prints (and exits 0) when the node has no copy of its modules.
+CACHE_MISS = {"gpu-provision-probe-cache": "miss"}
 
 SOURCE = Path(__file__).resolve().parent / "node"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -53,6 +63,24 @@ class F(importlib.abc.MetaPathFinder,importlib.abc.Loader):
         o=module.__spec__.origin
         exec(compile(Z.read(o),'<probe>/'+o,'exec'),module.__dict__)
 sys.meta_path.insert(0,F())
+from {package}.probe._cache import store
+store(Z,'{cache}','{digest}')
+from {package}.probe import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+# The same entry from the node's copy, when the cache directory is still root's alone and the copy is complete.
+_CACHED_LOADER = """import sys
+from os import lstat
+R='{cache}'
+D=R+'/{digest}'
+try:
+    s=lstat(R);ok=s.st_uid==0 and s.st_mode&0o170077==0o040000 and lstat(D+'/{package}/probe/__init__.py')
+except OSError:
+    ok=0
+if not ok:
+    print({miss!r});sys.exit(0)
+sys.path.insert(0,D)
 from {package}.probe import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -142,11 +170,30 @@ def entry_files(package: str) -> list[tuple[str, bytes]]:
 
 
 @cache
-def _probe_loader() -> str:
-    archive = _zip([(f"{PACKAGE}/{name}", data) for name, data in entry_files("probe")])
-    return _PROBE_LOADER.format(archive=base64.b64encode(archive).decode(), package=PACKAGE)
+def _probe_archive() -> bytes:
+    return _zip([(f"{PACKAGE}/{name}", data) for name, data in entry_files("probe")])
 
 
-def probe_command(request: dict) -> str:
-    """The shell command that runs the probe for ``request`` (section name -> that section's arguments)."""
-    return f"python3 -c {shlex.quote(_probe_loader())} {shlex.quote(json.dumps(request, sort_keys=True))}"
+@cache
+def probe_digest() -> str:
+    """The digest naming this version of the probe's modules on nodes (of their archive's bytes)."""
+    return hashlib.sha256(_probe_archive()).hexdigest()[:32]
+
+
+@cache
+def _probe_loader(cached: bool) -> str:
+    if cached:
+        return _CACHED_LOADER.format(cache=PROBE_CACHE, digest=probe_digest(), package=PACKAGE,
+                                     miss=json.dumps(CACHE_MISS))
+    return _PROBE_LOADER.format(archive=base64.b64encode(_probe_archive()).decode(), package=PACKAGE,
+                                cache=PROBE_CACHE, digest=probe_digest())
+
+
+def probe_command(request: dict, cached: bool = False) -> str:
+    """The shell command that runs the probe for ``request`` (section name -> that section's arguments).
+
+    The full form (default) carries the probe's modules and keeps a copy on the node; ``cached`` gives the short
+    form that runs that copy, or prints :data:`CACHE_MISS` where there is none. Either is one command.
+    """
+    loader = _probe_loader(cached)
+    return f"python3 -c {shlex.quote(loader)} {shlex.quote(json.dumps(request, sort_keys=True))}"

@@ -5,11 +5,18 @@
 is what operations and drift checks call: it fetches once per host and phase (prepare, then execute) and again only
 after one of this project's operations changed the host, so a converged node costs one round trip per phase however
 many operations read it.
+
+The first probe of a node sends the probe's modules in the command, and the node keeps a copy
+(:mod:`gpu_provision.bundle`); the controller notes that under :func:`record_dir` (one empty file per
+user@address:port), so later runs, in this process or another, send the short command instead. Should the node
+have lost its copy, the short command says so and the full one follows.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -31,8 +38,8 @@ class NodeState(FactBase):
     def requires_command(self, *args: Any, **kwargs: Any) -> str:
         return "python3"
 
-    def command(self, request_json: str) -> str:  # type: ignore[override]
-        return bundle.probe_command(Request.from_json(request_json).to_probe())
+    def command(self, request_json: str, cached: bool = False) -> str:  # type: ignore[override]
+        return bundle.probe_command(Request.from_json(request_json).to_probe(), cached=cached)
 
     def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
         return json.loads("\n".join(output))
@@ -60,6 +67,40 @@ def node_state(host: Any, request: Request) -> NodeStateData:
         return cached[1]
     if cached and cached[0][:2] == key:
         request = Request.from_json(cached[0][2]).merge(request)
-    data = NodeStateData(host.get_fact(NodeState, request.to_json()))
+    data = NodeStateData(_probe(host, request))
     setattr(host, _CACHE_ATTR, ((*key, request.to_json()), data))
     return data
+
+
+def record_dir() -> Path:
+    """Where the controller notes which nodes hold this version of the probe's modules
+    (``$XDG_CACHE_HOME/gpu-provision/probe-nodes/DIGEST``, ``~/.cache`` without it)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpu-provision" / "probe-nodes" / bundle.probe_digest()
+
+
+def _record(host: Any) -> Path | None:
+    """The note for an SSH host (None for hosts without an address or data, such as ``@local``)."""
+    data = getattr(host, "data", None)
+    if data is None or not data.get("ssh_hostname") or str(host.name).startswith("@"):
+        return None
+    address, user, port = data.get("ssh_hostname"), data.get("ssh_user") or "root", data.get("ssh_port") or 22
+    return record_dir() / f"{user}@{address}:{port}".replace("/", "_")
+
+
+def _probe(host: Any, request: Request) -> Any:
+    """The probe's answer, through the short command where the node holds the modules, else the full one."""
+    record = _record(host)
+    if record is not None and record.exists():
+        raw = host.get_fact(NodeState, request.to_json(), True)
+        if raw != bundle.CACHE_MISS:
+            return raw
+        record.unlink(missing_ok=True)
+    raw = host.get_fact(NodeState, request.to_json())
+    if record is not None and isinstance(raw, dict) and raw:
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.touch()
+        except OSError:  # a controller that cannot note it just sends the full command next time
+            pass
+    return raw

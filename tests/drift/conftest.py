@@ -12,6 +12,12 @@ import pytest
 from drift_samples import IN_SYNC, make_stage, mig_extra, permission_wants, runtime_wants
 
 
+@pytest.fixture(autouse=True)
+def probe_records(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's notes of which nodes hold the probe's modules go to a temporary cache, not the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 @pytest.fixture
 def stages() -> list[SimpleNamespace]:
     """Three stages: runtime (package, file, unit), permissions (group, file), mig (extra differences only)."""

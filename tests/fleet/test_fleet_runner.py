@@ -140,3 +140,17 @@ def test_progress_hears_every_host_with_done_failed_and_total(closed_port):
               progress=lambda *counts: heard.append(counts), failed=lambda value: value != "hi")
     assert sorted(heard) == [(0, 1, 2), (1, 1, 2)] or sorted(heard) == [(1, 0, 2), (1, 1, 2)]
     assert heard[-1] == (1, 1, 2)
+
+
+def test_connections_leave_out_ciphers_that_need_a_separate_mac_unless_the_host_says_otherwise(closed_port):
+    from gpu_provision.fleet import NON_AEAD_CIPHERS
+
+    own = {"ciphers": ["aes256-gcm@openssh.com"]}
+    plain = down("plain", closed_port)
+    chosen = ("chosen", {**down("chosen", closed_port)[1], "ssh_paramiko_connect_kwargs": {"disabled_algorithms": own}})
+    inventory = Inventory(([plain, chosen], {}))
+    run_fleet(inventory, echo("hi"), FleetSettings(connect_timeout=2))
+    kwargs = {h.name: h.data.ssh_paramiko_connect_kwargs for h in inventory}
+    assert kwargs["plain"]["disabled_algorithms"] == {"ciphers": list(NON_AEAD_CIPHERS)}
+    assert kwargs["chosen"]["disabled_algorithms"] == own
+    assert "aes128-gcm@openssh.com" not in NON_AEAD_CIPHERS and "aes128-ctr" in NON_AEAD_CIPHERS
