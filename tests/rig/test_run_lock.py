@@ -137,12 +137,16 @@ def test_connection_killed_mid_write_leaves_each_file_old_or_new(rig_nodes, pyin
             if run.poll() is None:
                 run.kill()
                 run.wait()
-        time.sleep(3)  # the node's write sees the end of its input, fails its checksum and removes its temporary
+        # The node's write sees the end of its input (or a hang-up), fails and removes its temporary.
+        names = [f"{i}.conf" for i in range(FAULT_FILES)]
+        deadline = time.monotonic() + 30
+        while sorted(ssh(NODE, f"ls -A {FAULT_DIR}").stdout.split()) != names and time.monotonic() < deadline:
+            time.sleep(0.5)
         sums = {path: digest for digest, path in
                 (line.split() for line in ssh(NODE, f"sha256sum {FAULT_DIR}/*.conf").stdout.splitlines())}
         for i in range(FAULT_FILES):
             assert sums[f"{FAULT_DIR}/{i}.conf"] in either[i], f"attempt {attempt}: {i}.conf is partial"
-        assert sorted(ssh(NODE, f"ls -A {FAULT_DIR}").stdout.split()) == [f"{i}.conf" for i in range(FAULT_FILES)]
+        assert sorted(ssh(NODE, f"ls -A {FAULT_DIR}").stdout.split()) == names
     assert interrupted >= 1, "no run was caught in the middle of a write"
     # A run that is not interrupted brings every file to the new content.
     done = pyinfra.run(inventory, deploy, timeout=600)
