@@ -3,9 +3,9 @@
 The inventory is built from an inventory file the way ``pyinfra`` builds it, so the SSH settings the cluster file
 gives (user, port, key, known_hosts) apply unchanged. :func:`run_fleet` handles every host in its own greenlet of
 pyinfra's pool: connect (bounded by the connect timeout, the SSH banner and the login alike), run the caller's
-per-host function, count the remote commands it ran. Each host's outcome comes back by value as a
-:class:`HostResult`: the function's result, or the reason the host was not reached, worded the same for every
-caller. A host that refuses or stalls never holds up the others beyond its own timeouts.
+per-host function, count the remote commands it ran, and disconnect as soon as that is done. Each host's outcome
+comes back by value as a :class:`HostResult`: the function's result, or the reason the host was not reached, worded
+the same for every caller. A host that refuses or stalls never holds up the others beyond its own timeouts.
 """
 
 from __future__ import annotations
@@ -291,7 +291,11 @@ def _run_host(state: State, host: Any, work: Callable[[Reached], T]) -> HostResu
     except Exception as exc:
         return result(unreached=f"unreachable: {exc}" if str(exc) else f"unreachable: {type(exc).__name__}")
     state.activate_host(host)
-    return result(value=work(Reached(state, host, log)))
+    value = work(Reached(state, host, log))
+    # Closed as soon as its work is done: paramiko's transport wakes every 0.1 s while open, so connections kept
+    # to the end of a run would cost the controller CPU in proportion to hosts times run length.
+    _disconnect([host])
+    return result(value=value)
 
 
 def _disconnect(hosts: Iterable[Any]) -> None:

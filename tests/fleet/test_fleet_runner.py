@@ -154,3 +154,12 @@ def test_connections_leave_out_ciphers_that_need_a_separate_mac_unless_the_host_
     assert kwargs["plain"]["disabled_algorithms"] == {"ciphers": list(NON_AEAD_CIPHERS)}
     assert kwargs["chosen"]["disabled_algorithms"] == own
     assert "aes128-gcm@openssh.com" not in NON_AEAD_CIPHERS and "aes128-ctr" in NON_AEAD_CIPHERS
+
+
+def test_each_host_is_disconnected_as_soon_as_its_work_is_done():
+    inventory = Inventory((["@local"], {}))
+    local = next(iter(inventory))
+    seen: list[bool] = []
+    run = run_fleet(inventory, echo("hi"), FleetSettings(connect_timeout=2),
+                    progress=lambda *counts: seen.append(local.connected))
+    assert run.hosts[0].value == "hi" and seen == [False]
