@@ -163,3 +163,44 @@ def test_each_host_is_disconnected_as_soon_as_its_work_is_done():
     run = run_fleet(inventory, echo("hi"), FleetSettings(connect_timeout=2),
                     progress=lambda *counts: seen.append(local.connected))
     assert run.hosts[0].value == "hi" and seen == [False]
+
+
+def test_remembered_host_keys_answer_as_paramiko_and_scan_the_entries_once_per_name(tmp_path: Path, monkeypatch):
+    import paramiko
+    from paramiko.hostkeys import HostKeys
+
+    from gpu_provision.fleet import RememberedHostKeys
+
+    keys = {f"10.0.0.{i}": paramiko.Ed25519Key.from_private_key_file(str(_keygen(tmp_path, i))) for i in range(3)}
+    source = HostKeys()
+    for name, key in keys.items():
+        source.add(name, key.get_name(), key)
+    source.add(HostKeys.hash_host("10.0.0.9"), keys["10.0.0.0"].get_name(), keys["10.0.0.0"])
+    for i in range(200):  # a larger file: the plain entries of other nodes
+        source.add(f"10.1.0.{i}", keys["10.0.0.1"].get_name(), keys["10.0.0.1"])
+    names = ("10.0.0.1", "10.0.0.9", "10.0.0.7")
+    expected = {name: source.lookup(name) for name in names}
+    remembered = RememberedHostKeys(source)
+    scans: list[str] = []
+    matches = HostKeys._hostname_matches  # type: ignore[attr-defined]
+    monkeypatch.setattr(HostKeys, "_hostname_matches",
+                        lambda self, name, entry: scans.append(name) or matches(self, name, entry))
+    for name in names:
+        for _ in range(3):
+            found = remembered.lookup(name)
+            assert (found is None) == (expected[name] is None)
+            if found is not None:
+                assert dict(found) == dict(expected[name])
+    entries = len(source._entries)  # type: ignore[attr-defined]
+    # One scan of the file per name (paramiko would scan it at every lookup: 9 times), then only the matches.
+    assert 3 * entries <= len(scans) <= 3 * entries + 9
+    remembered.add("10.0.0.7", keys["10.0.0.2"].get_name(), keys["10.0.0.2"])
+    assert dict(remembered.lookup("10.0.0.7")) == {"ssh-ed25519": keys["10.0.0.2"]}
+
+
+def _keygen(folder: Path, index: int) -> Path:
+    import subprocess
+
+    path = folder / f"key{index}"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
