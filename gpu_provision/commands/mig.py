@@ -2,10 +2,11 @@
 
 Runs the probe's ``mig`` section locally (no SSH) and compares it with the node's layouts from a cluster file, like
 ``nvidia-mig-parted assert``: exit status 0 when every GPU has its layout, 1 when a change would be made (the plan is
-printed, with the exact commands), 2 on a usage error.
+printed, with the exact commands), 2 on an error. The cluster file is ``--cluster FILE`` (``--node-file`` is the older
+spelling), else ``GPU_PROVISION_CLUSTER``, else ``./cluster.yaml``.
 
 Also runnable without the rest of the command line's dependencies (pyinfra): ``python3 -m gpu_provision.commands.mig
---node-file FILE --node NAME`` (needs only PyYAML and jsonschema, to read the cluster file).
+--cluster FILE --node NAME`` (needs only PyYAML and jsonschema, to read the cluster file).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+from gpu_provision.commands.args import add_cluster, add_command, cluster_file
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import desired_layouts, layout_drift, mig_actions
@@ -26,10 +28,17 @@ from gpu_provision.spec import catalog, load_cluster
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``mig-assert``."""
-    p = sub.add_parser("mig-assert", help="show the MIG plan for this machine's GPUs without applying it")
-    p.add_argument("--node-file", required=True, help="cluster file that describes the node")
-    p.add_argument("--node", required=True, help="node name in that file")
-    p.add_argument("--json", action="store_true", help="print the comparison and plan as JSON")
+    p = add_command(
+        sub, "mig-assert", "show the MIG plan for this machine's GPUs without applying it",
+        "Read this machine's GPUs (nvidia-smi, locally, no SSH) and compare them with the MIG layouts the cluster "
+        "file gives the node NAME, like 'nvidia-mig-parted assert': per GPU the expected and found layout, and the "
+        "plan with the exact commands a deploy would run. Nothing is changed.",
+        ["gpu-provision mig-assert --cluster site/cluster.yaml --node gpu-01",
+         "python3 -m gpu_provision.commands.mig --cluster cluster.yaml --node gpu-01 --json"],
+        findings="a GPU does not have its layout (the plan is not empty)",
+        errors="no such node, no MIG layout, nvidia-smi failed, or a bad cluster file")
+    add_cluster(p, "--node-file")
+    p.add_argument("--node", required=True, metavar="NAME", help="this machine's node name in the cluster file")
     p.set_defaults(handler=mig_assert)
 
 
@@ -40,13 +49,14 @@ def expected_text(want: GpuLayout) -> str:
 
 def mig_assert(args: argparse.Namespace) -> int:
     """Compare this machine's GPUs with the node's layouts; print the plan; exit 1 when it is not empty."""
-    cluster = load_cluster(args.node_file)
+    path = cluster_file(args)
+    cluster = load_cluster(path)
     try:
         node = cluster.node(args.node)
     except KeyError:
-        raise GpuProvisionError(f"{args.node_file}: no node named {args.node}") from None
+        raise GpuProvisionError(f"{path}: no node named {args.node}") from None
     if not node.mig.layouts:
-        raise GpuProvisionError(f"{args.node_file}: node {args.node} has no MIG layout")
+        raise GpuProvisionError(f"{path}: node {args.node} has no MIG layout")
     model = catalog.model(node.gpus.model) if node.gpus.model else None
     snapshot = mig_probe.collect({"vgpu": False})
     if snapshot.get("smi_rc") != 0:
@@ -65,7 +75,7 @@ def mig_assert(args: argparse.Namespace) -> int:
             "applier": agent_mig.apply_command(node, "apply"),
         }, indent=2))
         return 1 if actions else 0
-    print(f"{node.name}: {len(snapshot['gpus'])} GPU(s) here, {len(desired)} with a layout in {args.node_file}")
+    print(f"{node.name}: {len(snapshot['gpus'])} GPU(s) here, {len(desired)} with a layout in {path}")
     for index, want in sorted(desired.items()):
         print(f"  GPU {index}: expected {expected_text(want)}")
         print(f"  GPU {index}: found    {layout.describe_gpu(gpus.get(index))}")
@@ -81,14 +91,18 @@ def mig_assert(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``mig-assert`` on its own: ``python3 -m gpu_provision.commands.mig --node-file FILE --node NAME``."""
+    """``mig-assert`` on its own: ``python3 -m gpu_provision.commands.mig --cluster FILE --node NAME``; an error
+    is one line, or the JSON error object under ``--json``, as from ``gpu-provision``."""
     parser = argparse.ArgumentParser(prog="python3 -m gpu_provision.commands.mig")
     register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["mig-assert", *(sys.argv[1:] if argv is None else argv)])
     try:
         return int(args.handler(args))
     except GpuProvisionError as exc:
-        print(str(exc), file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": {"message": str(exc), "kind": "error"}}))
+        else:
+            print(str(exc), file=sys.stderr)
         return 2
 
 

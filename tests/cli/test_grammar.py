@@ -227,3 +227,12 @@ def test_a_bad_cluster_file_given_to_a_fleet_command_is_reported_as_validate_rep
         status, out, _ = run(capsys, command, "--cluster", str(bad), "--json")
         error = json.loads(out)["error"]
         assert status == EXIT_ERROR and error["kind"] == "spec" and str(bad) in error["message"], command
+
+
+def test_mig_assert_takes_cluster_and_its_old_node_file_spelling(capsys, tmp_path):
+    for flag in ("--cluster", "--node-file"):
+        status, out, _ = run(capsys, "mig-assert", flag, str(EXAMPLE), "--node", "nope", "--json")
+        assert status == EXIT_ERROR and json.loads(out)["error"]["message"] == f"{EXAMPLE}: no node named nope"
+    done = subprocess.run([sys.executable, "-m", "gpu_provision.commands.mig", "--cluster", str(EXAMPLE), "--node",
+                           "nope", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == EXIT_ERROR and json.loads(done.stdout)["error"]["message"].endswith("no node named nope")
