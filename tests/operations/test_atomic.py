@@ -67,9 +67,10 @@ def test_a_hang_up_mid_transfer_leaves_the_old_file_and_no_temporary(tmp_path: P
     while not [p for p in tmp_path.iterdir() if p.name.startswith(".config.toml.")]:
         assert time.monotonic() < deadline, "no temporary file appeared"
         time.sleep(0.01)
+    # The connection went: the shell gets a hang-up and its input ends.
     proc.send_signal(signal.SIGHUP)
-    proc.wait(timeout=10)
     proc.stdin.close()
+    proc.wait(timeout=30)
     assert proc.returncode != 0
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml"]
