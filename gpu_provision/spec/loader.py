@@ -21,6 +21,7 @@ from gpu_provision.spec.model import (
     Cluster,
     ContainerRuntime,
     DevicePlugin,
+    Drain,
     Driver,
     GpuExpectation,
     InClusterVerification,
@@ -33,11 +34,13 @@ from gpu_provision.spec.model import (
     Packages,
     Permissions,
     Repository,
+    Rollout,
     Sharing,
     SshSettings,
     Team,
     Toolkit,
     Verify,
+    WaitForJobs,
 )
 from gpu_provision.spec.resolve import derive, resolve_node
 from gpu_provision.spec.schema import in_file_order, validate
@@ -188,6 +191,12 @@ def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
                       verification=InClusterVerification(**verification))
 
 
+def _rollout(raw: dict[str, Any]) -> Rollout:
+    settings = {k: v for k, v in raw.items() if k not in ("wait_for_jobs", "drain")}
+    return Rollout(**settings, wait_for_jobs=WaitForJobs(**(raw.get("wait_for_jobs") or {})),
+                   drain=Drain(**(raw.get("drain") or {})))
+
+
 def _load_mig_parted(ctx: Context) -> None:
     name = ctx.document["cluster"].get("mig_parted_file")
     if not name:
@@ -271,6 +280,7 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
         ssh=cluster_ssh,
         nodes=tuple(nodes),
         mig_parted_file=cluster_raw.get("mig_parted_file"),
+        rollout=_rollout(cluster_raw.get("rollout") or {}),
     )
     check(cluster, ctx)
     if ctx.problems:

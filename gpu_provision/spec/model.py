@@ -121,6 +121,34 @@ class Kubernetes:
 
 
 @dataclass(frozen=True)
+class WaitForJobs:
+    """How long a cordoned node waits for its GPU jobs, and which pods count as GPU jobs."""
+
+    #: Seconds; 0 waits without limit.
+    timeout: int = default("cluster.rollout.wait_for_jobs.timeout")
+    #: Label selector; None: every pod requesting an nvidia.com GPU resource.
+    pod_selector: str | None = None
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Draining a node whose GPU jobs did not finish in time."""
+
+    timeout: int = default("cluster.rollout.drain.timeout")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """How disruptive changes roll across the nodes: batch size and how many nodes of a group may be down."""
+
+    max_parallel: int = default("cluster.rollout.max_parallel")
+    #: A node count (``2``) or a percentage of a node group (``"25%"``).
+    max_unavailable: int | str = default("cluster.rollout.max_unavailable")
+    wait_for_jobs: WaitForJobs = field(default_factory=WaitForJobs)
+    drain: Drain = field(default_factory=Drain)
+
+
+@dataclass(frozen=True)
 class Packages:
     """How package operations behave on the node: how long they wait for another holder of the package lock."""
 
@@ -142,6 +170,8 @@ class Driver:
     cuda_min: str | None = None
     fabric_manager: bool | None = None
     persistenced: bool = default("driver.persistenced")
+    #: Hold the running kernel's metapackages so only the deploy moves the kernel.
+    hold_kernel: bool = default("driver.hold_kernel")
 
     @property
     def pinned_branch(self) -> str:
@@ -293,6 +323,7 @@ class Cluster:
     nodes: tuple[Node, ...]
     #: The mig-parted ``version: v1`` document the file refers to, if any (kept for export).
     mig_parted_file: str | None = None
+    rollout: Rollout = field(default_factory=Rollout)
 
     def node(self, name: str) -> Node:
         """The node called ``name``; KeyError if there is none."""

@@ -202,6 +202,10 @@ _node_props = {
             "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8-GPU "
                                  "H100/H200/B200 nodes."),
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
+            "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
+                              "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "
+                              "so unattended upgrades cannot move the node to a kernel the driver was not built for "
+                              "without the deploy. Only with install_method: package.", default=False),
         },
     ),
     "container_runtime": _obj(
@@ -365,6 +369,38 @@ _kubernetes = _obj(
     },
 )
 
+#: ``rollout.max_unavailable`` as a percentage of a node group (``25%``); Kubernetes' maxUnavailable form.
+PERCENT = r"^([1-9][0-9]?|100)%$"
+
+_rollout = _obj(
+    "How a change that disrupts GPU work rolls across the nodes (gpu-provision rollout plan shows the batches). "
+    "Changes that disrupt nothing go to every node at once; the others go in batches, control-plane nodes alone.",
+    {
+        "max_parallel": _i("Nodes changed at once (the GPU Operator's maxParallelUpgrades).", minimum=1,
+                           default=1),
+        "max_unavailable": {"type": ["integer", "string"], "minimum": 1, "pattern": PERCENT,
+                            "x-allowed": "a node count such as 2, or a percentage of a node group such as '25%'",
+                            "description": "Nodes of one node group (nodes without a group form one) that may be "
+                                           "unavailable at once: a count, or a percentage of the group rounded "
+                                           "down but at least 1 (as Kubernetes' maxUnavailable).",
+                            "default": "25%"},
+        "wait_for_jobs": _obj(
+            "Waiting for GPU jobs to finish on a cordoned node before it is changed.",
+            {
+                "timeout": _i("Seconds to wait for the GPU jobs; 0 waits without limit (the GPU Operator's "
+                              "waitForCompletion.timeoutSeconds).", minimum=0, default=0),
+                "pod_selector": _s("Label selector of the pods waited for, e.g. 'app=training'; left out, every pod "
+                                   "that requests an nvidia.com GPU resource."),
+            },
+        ),
+        "drain": _obj(
+            "Draining a node whose GPU jobs did not finish in time.",
+            {"timeout": _i("Seconds the drain may take before the node fails its rollout.", minimum=1,
+                           default=300)},
+        ),
+    },
+)
+
 _mirrors = _obj(
     "Download locations. Each can point at an internal mirror for air-gapped sites.",
     {
@@ -394,6 +430,7 @@ SCHEMA: dict[str, Any] = {
                 "kubernetes": _kubernetes,
                 "mirrors": _mirrors,
                 "ssh": _ssh,
+                "rollout": _rollout,
                 "mig_parted_file": _s("A mig-parted 'version: v1' file whose named configs nodes can use "
                                       "(mig.config), relative to this file."),
             },
