@@ -16,6 +16,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
@@ -126,7 +127,30 @@ def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
         for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.pinned_branch):
             out.append(PackageWant(name, version, held=True))
     out.extend(PackageWant(name) for name in header_packages(node, state))
+    out.extend(kernel_hold_wants(node, state))
     return out
+
+
+#: The kernel metapackages ``driver.hold_kernel`` holds, per package manager: what moves a node to a new kernel.
+KERNEL_PACKAGES = {"apt": ("linux-image-{flavour}", "linux-headers-{flavour}"),
+                   "dnf": ("kernel", "kernel-core", "kernel-devel")}
+
+
+def kernel_hold_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
+    """With ``driver.hold_kernel``: the running kernel's image and headers metapackages, installed and held
+    (``apt-mark hold``, ``dnf versionlock``), so unattended upgrades cannot move the kernel without the deploy."""
+    if not node.driver.hold_kernel:
+        return []
+    templates = KERNEL_PACKAGES.get(state.package_manager or "", ())
+    kernel_flavour = flavour(str(state.system.get("kernel", "")))
+    return [PackageWant(t.format(flavour=kernel_flavour), held=True) for t in templates]
+
+
+def reboot_refused(node: Node, state: NodeStateData) -> str | None:
+    """Why the node must not take the reboot its driver needs: the kernel guard (None when a reboot is safe)."""
+    if reboot_reason(node, state) is None:
+        return None
+    return kernel_guard.blocked_reboot(node, state, dkms=not precompiled(state))
 
 
 def unit_wants(node: Node) -> list[UnitWant]:
@@ -259,6 +283,10 @@ def driver_stage() -> None:
                     command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
     packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state),
                    lock_timeout=node.packages.lock_timeout)
+    if node.driver.reboot == "allowed":
+        commands.guarded(name="Kernel guard before a reboot", command=lambda s: commands.fail_command(
+                             f"not rebooting: {reboot_refused(node, s)}"),
+                         needed=lambda s: reboot_refused(node, s), request=req, noop="no kernel stands in the way")
     commands.reboot_when(name="Reboot for the driver", needed=lambda s: reboot_reason(node, s), request=req,
                          allowed=node.driver.reboot == "allowed")
     # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.

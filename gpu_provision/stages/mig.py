@@ -10,7 +10,9 @@ MIG layouts or vGPU types are left alone.
 
 from __future__ import annotations
 
-from pyinfra import host
+from dataclasses import replace
+
+from pyinfra import host, logger
 from pyinfra.api import deploy
 
 from gpu_provision import bundle
@@ -24,8 +26,11 @@ from gpu_provision.node.mig.record import RECORD_FILE
 from gpu_provision.operations import commands, files
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
+from gpu_provision.operations.commands import current_state
+from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec import catalog
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.stages import driver
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "mig"
@@ -106,6 +111,21 @@ def _vgpu_found(step: vgpu_plan.VgpuAction, section: dict) -> str:
     return f"{len(held)} vGPU(s) held; VF {step.address} still offers the type"
 
 
+def reboot_refused(node: Node, state: NodeStateData) -> str | None:
+    """Why the MIG applier may not reboot ``node`` although the file allows it: the kernel guard (None: it may)."""
+    if node.driver.reboot != "allowed":
+        return None
+    return kernel_guard.blocked_reboot(node, state, dkms=not driver.precompiled(state))
+
+
+def reboot_guarded(node: Node, state: NodeStateData) -> Node:
+    """``node`` as the applier should see it: without permission to reboot while the kernel guard refuses one
+    (the applier then stops with the GPU reset's reason instead of booting a kernel without the driver)."""
+    if reboot_refused(node, state) is None:
+        return node
+    return replace(node, driver=replace(node.driver, reboot="never"))
+
+
 def _unit_needed(state: NodeStateData) -> str | None:
     unit = state.unit(agent_mig.UNIT_NAME)
     if unit is None or not unit.loaded:
@@ -133,7 +153,13 @@ def mig_stage() -> None:
         noop=f"{agent_mig.UNIT_NAME} enabled",
     )
     if node.mig.layouts:
-        mig_ops.layout(name="MIG layout", node=node, request=req)
+        target = commands.this_host()
+        state = current_state(target, req.merge(Request(sections={"system"})))
+        refused = reboot_refused(node, state)
+        if refused:
+            target.log_styled(f"MIG apply may not reboot: {refused}", fg="yellow", log_func=logger.warning)
+        guarded = reboot_guarded(node, state)
+        mig_ops.layout(name="MIG layout", node=guarded, request=req)
         commands.guarded(
             name="Finish an interrupted MIG apply (bring back what it took down)",
             command=agent_mig.apply_command(node, "apply"),

@@ -2,7 +2,8 @@
 
 Checks: supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
 are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
-devices against the GPUs the file expects, and nouveau (a warning: the driver stage blacklists it).
+devices against the GPUs the file expects, nouveau (a warning: the driver stage blacklists it), and the kernel guard
+(a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.rollout.kernel`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver
@@ -109,6 +111,12 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return out
 
 
+def _kernel_guard_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    """A pending kernel a reboot would start without the GPU driver: not fatal, the deploy just will not reboot."""
+    reason = kernel_guard.blocked_reboot(node, state, dkms=not driver.precompiled(state))
+    return [Finding(kernel_guard.CHECK, reason, fatal=False)] if reason else []
+
+
 def _gpu_findings(node: Node, state: NodeStateData) -> list[Finding]:
     pci = [d for d in state.section("gpu").get("pci", []) if d.get("gpu")]
     if not node.has_gpus:
@@ -143,7 +151,7 @@ def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
 def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding]:
     """Every failed check (fatal) and warning for ``node``."""
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
-           *_gpu_findings(node, state), *_runtime_findings(node, state)]
+           *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "
                                       "reboot", fatal=False))
@@ -163,9 +171,10 @@ def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
 
 
 def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
-    """Failed checks, so a drift report shows a node that a deploy would stop."""
+    """Failed checks, so a drift report shows a node that a deploy would stop, and the kernel guard, which a deploy
+    would not stop but would not reboot either."""
     return [Difference("preflight", f.check, "pass", f.message, NAME) for f in findings(node, cluster, state)
-            if f.fatal]
+            if f.fatal or f.check == kernel_guard.CHECK]
 
 
 @deploy("Preflight checks")

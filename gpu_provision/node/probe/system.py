@@ -1,8 +1,10 @@
-"""OS, kernel (running and pending), architecture, Secure Boot, memory, disk and loaded modules."""
+"""OS, kernel (running and pending, with the NVIDIA modules built for each), architecture, Secure Boot, memory,
+disk and loaded modules."""
 
 import os
 import platform
 import re
+import subprocess
 
 
 def _os_release():
@@ -69,6 +71,66 @@ def _modules():
         return []
 
 
+def _module_files(kernel):
+    # DKMS installs under updates/dkms, Ubuntu's precompiled linux-modules-nvidia-* under kernel/nvidia-*, RHEL's
+    # kmod packages under extra: any nvidia.ko* in the kernel's tree is a module the next boot can load.
+    found = []
+    top = "/lib/modules/%s" % kernel
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in ("build", "source")]
+        found.extend(os.path.join(folder, f) for f in files if re.match(r"nvidia\.ko(\.(xz|zst|gz))?$", f))
+    return sorted(found)
+
+
+def _dkms_built():
+    # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580...").
+    try:
+        text = subprocess.run(["dkms", "status"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              universal_newlines=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    out = set()
+    for line in text.splitlines():
+        head, _, status = line.rpartition(":")
+        parts = [p.strip() for p in head.split(",")]
+        if parts and parts[0].startswith("nvidia") and status.strip().startswith("installed") and len(parts) >= 3:
+            out.add(parts[-2])
+    return out
+
+
+def _precompiled_packages():
+    # Ubuntu's signed precompiled modules: linux-modules-nvidia-<branch>-server[-open]-<kernel>, installed.
+    out = set()
+    try:
+        with open("/var/lib/dpkg/status") as f:
+            package = ""
+            for line in f:
+                if line.startswith("Package: "):
+                    package = line.split(":", 1)[1].strip()
+                elif line.startswith("Status: ") and line.split()[-1] == "installed" and \
+                        package.startswith("linux-modules-nvidia-"):
+                    out.add(package)
+    except OSError:
+        pass
+    return out
+
+
+def nvidia_modules(kernels):
+    """Per kernel, where its NVIDIA modules come from: ``dkms``, ``package`` (a precompiled package), ``files``
+    (a module file of another origin), or None when the kernel has none."""
+    dkms, packages = _dkms_built(), _precompiled_packages()
+    out = {}
+    for kernel in kernels:
+        files = _module_files(kernel)
+        if kernel in dkms or any("/updates/dkms/" in f for f in files):
+            out[kernel] = "dkms"
+        elif any(p.endswith("-" + kernel) for p in packages):
+            out[kernel] = "package"
+        else:
+            out[kernel] = "files" if files else None
+    return out
+
+
 def _headers(kernel):
     return os.path.isdir("/lib/modules/%s/build" % kernel) or os.path.isdir("/usr/src/linux-headers-%s" % kernel)
 
@@ -102,6 +164,7 @@ def collect(request):
         "kernel_pending": pending,
         "kernels_installed": installed,
         "headers": {k: _headers(k) for k in sorted({running, pending})},
+        "nvidia_modules": nvidia_modules(sorted({running, pending})),
         "secure_boot": _secure_boot(),
         "mem_total_kib": _meminfo_kib(),
         "disk_free_bytes": stat.f_bavail * stat.f_frsize,
