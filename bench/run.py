@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         print("rig nodes (systemd-nspawn, real sshd behind loopback forwarders):", flush=True)
         bench.rig(workload, growth, converge_script(workload, most_files))
     if args.fleet_sizes:
-        print("loopback fleet (one sshd per host on 127.0.20.N, shared root, no systemd: no service checks):",
+        print("loopback fleet (one sshd per host on 127.0.20.N and up, shared root, no systemd: no service checks):",
               flush=True)
         fleet_workload = workload.without_units()
         bench.fleet(base, fleet_workload, converge_script(fleet_workload, most_files))
