@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
-
-
-@pytest.fixture
-def closed_port() -> int:
-    """A TCP port on 127.0.0.1 with nothing listening (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -35,14 +35,6 @@ def in_sync() -> dict[str, Any]:
 
 
 @pytest.fixture
-def closed_port() -> int:
-    """A TCP port on 127.0.0.1 with nothing listening (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
 def silent_listener() -> Iterator[tuple[str, int]]:
     """(address, port) on loopback that accepts connections and never says anything (a stalled sshd)."""
     sock = socket.socket()
