@@ -59,6 +59,8 @@ def load_inventory(path: str) -> Inventory:
     """
     from pyinfra_cli.inventory import make_inventory
 
+    if path.endswith(".py") and not os.path.exists(path):
+        raise GpuProvisionError(f"{path}: no such inventory file")
     try:
         # The CLI loads inventory files with a state in context (they may read it); the run makes its own later.
         with ctx_state.use(State(check_for_changes=False)):

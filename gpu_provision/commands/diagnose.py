@@ -149,8 +149,6 @@ def run(args: argparse.Namespace) -> int:
     from gpu_provision.errors import GpuProvisionError
     from gpu_provision.fleet import load_inventory, run_fleet, settings_from
 
-    if not args.inventory.startswith("@") and not os.path.exists(args.inventory):
-        raise GpuProvisionError(f"{args.inventory}: no such inventory file")
     use_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit,
                              default_command_timeout=DEFAULT_TIMEOUT)

@@ -12,7 +12,6 @@ compared, or a bad cluster file), as with ``diff``.
 from __future__ import annotations
 
 import argparse
-import os
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
 
@@ -43,11 +42,8 @@ def run(args: argparse.Namespace) -> int:
     monkey.patch_all()
 
     from gpu_provision.drift import check_fleet, load_stages
-    from gpu_provision.errors import GpuProvisionError
     from gpu_provision.fleet import load_inventory, settings_from
 
-    if not os.path.exists(args.inventory):
-        raise GpuProvisionError(f"{args.inventory}: no such inventory file")
     use_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
     stages = load_stages(args.stage)

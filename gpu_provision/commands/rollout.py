@@ -12,7 +12,6 @@ cluster file.
 from __future__ import annotations
 
 import argparse
-import os
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
 
@@ -55,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from gpu_provision.rollout.batches import parse_max_unavailable
     from gpu_provision.rollout.plan import plan_rollout
 
-    if not os.path.exists(args.inventory):
-        raise GpuProvisionError(f"{args.inventory}: no such inventory file")
     if args.max_parallel is not None and args.max_parallel < 1:
         raise GpuProvisionError(f"--max-parallel: expected at least 1, got {args.max_parallel}")
     unavailable = None if args.max_unavailable is None else parse_max_unavailable(args.max_unavailable)

@@ -154,12 +154,22 @@ def _expected_runtime(ev: Evidence) -> str | None:
     return "containerd" if ev.node_file("/etc/containerd/config.toml") is not None else None
 
 
+def _installed(ev: Evidence, runtime: str) -> bool:
+    """Whether the probe found ``runtime``'s binary; a runtime not installed at all is drift, not this fault."""
+    return bool(ev.probe("runtime").get(f"{runtime}_version"))
+
+
 def runtime_unconfigured(ev: Evidence) -> list[str]:
-    """The container runtime knows no ``nvidia`` runtime (nor, for containerd, CDI), so containers get no GPU."""
+    """The container runtime knows no ``nvidia`` runtime (nor, for containerd, CDI), so containers get no GPU.
+
+    Only an installed runtime can be misconfigured: on a node without it (not deployed yet) drift names the missing
+    package, and this rule stays quiet rather than blame a configuration nothing reads.
+    """
     if not ev.gpus():
         return []
     runtime = _expected_runtime(ev)
-    if runtime == "docker":
+    if runtime == "docker" and (ev.node_file("/etc/docker/daemon.json") is not None
+                                or ev.text("runtime/docker-info.json") or _installed(ev, "docker")):
         try:
             daemon = json.loads(ev.node_file("/etc/docker/daemon.json") or "{}")
         except ValueError:
@@ -170,7 +180,7 @@ def runtime_unconfigured(ev: Evidence) -> list[str]:
     if runtime == "containerd":
         config = ev.node_file("/etc/containerd/config.toml")
         if config is None:
-            return ["containerd: /etc/containerd/config.toml is missing"]
+            return ["containerd: /etc/containerd/config.toml is missing"] if _installed(ev, "containerd") else []
         # nvidia-ctk writes a drop-in under conf.d where containerd's config imports it.
         config += "".join(text for name, text in ev.files.items() if name.startswith("files/etc/containerd/conf.d/"))
         if not re.search(r"runtimes\.['\"]?nvidia['\"]?\]", config) and not re.search(r"enable_cdi\s*=\s*true", config):

@@ -143,3 +143,14 @@ def test_containerd_without_nvidia_runtime(evidence):
 def test_device_plugin_not_registered(evidence):
     ev = evidence({"listings/var/lib/kubelet/device-plugins.txt": "DEPRECATION\nkubelet.sock\nkubelet_internal_checkpoint"})
     assert fired(ev) == ["device-plugin-not-registered"]
+
+
+def test_containerd_missing_config_blamed_only_where_containerd_is_installed(evidence):
+    """A node the deploy has not reached yet (no containerd at all) is drift, not a misconfigured runtime."""
+    expect = DoctorExpectations(users=EXPECT.users, images=EXPECT.images, runtime="containerd", kubernetes=True)
+    assert "runtime-not-configured" not in fired(evidence(expect=expect))
+    probe = evidence().json("probe.json") or {}
+    probe["runtime"] = {**(probe.get("runtime") or {}), "containerd_version": "1.7.24"}
+    installed = evidence({"probe.json": json.dumps(probe)}, expect=expect)
+    assert [f.detail for f in examine(installed) if f.rule.id == "runtime-not-configured"] == [
+        "containerd: /etc/containerd/config.toml is missing"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,15 @@ def test_parallelism_and_timeout_from_the_pyinfra_config_file_and_the_command_li
     assert proc.returncode == 2
     assert proc.stderr.startswith(str(config))
     assert "Traceback" not in proc.stderr
+
+
+def test_a_connector_inventory_is_accepted_like_in_verify_and_diagnose(tmp_path, closed_port):
+    """``drift @local`` reads this machine as the node GPU_PROVISION_NODE names (as verify and diagnose do)."""
+    cluster = write_cluster(tmp_path / "cluster.yaml", [
+        {"name": "here", "address": "127.0.0.1", "ssh": {"port": closed_port}}])
+    proc = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "drift", "@local", "--cluster", str(cluster),
+                           "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GPU_PROVISION_NODE": "here"})
+    assert "no such inventory file" not in proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr
+    assert [node["name"] for node in json.loads(proc.stdout)["nodes"]] == ["@local"]
