@@ -46,7 +46,7 @@ from gpu_provision.spec.resolve import derive, resolve_node
 from gpu_provision.spec.schema import in_file_order, validate
 from gpu_provision.spec.semantics import check
 from gpu_provision.spec.settings import default
-from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml
+from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml, read_bounded
 
 
 def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
@@ -204,9 +204,12 @@ def _load_mig_parted(ctx: Context) -> None:
     where = ("cluster", "mig_parted_file")
     path = ctx.base_dir / name
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, "mig-parted file")
     except OSError as exc:
         ctx.add(where, f"cannot read mig-parted file {path}: {exc.strerror}")
+        return
+    except SpecError as exc:
+        ctx.add(where, f"{exc.problems[0].message}: {path}")
         return
     try:
         doc, _ = load_yaml(data, str(path))
@@ -242,7 +245,7 @@ def load_cluster(path: str | os.PathLike[str]) -> Cluster:
     """
     filename = str(path)
     try:
-        data = FsPath(path).read_bytes()
+        data = read_bounded(path, "cluster file")
     except OSError as exc:
         raise GpuProvisionError(f"{filename}: cannot read cluster file: {exc.strerror}") from None
     document, positions = load_yaml(data, filename)

@@ -7,6 +7,8 @@ reject duplicate keys, and remember where each value and key stands in the file.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +78,36 @@ class _Budget:
         self.source = source
 
 
+def read_bounded(path: str | os.PathLike[str], what: str) -> bytes:
+    """Read a file the user named, refusing anything but a regular file of at most :data:`MAX_BYTES`.
+
+    ``/dev/zero``, a FIFO or a huge file would otherwise be read whole (or block forever) before any check ran:
+    the file is opened without blocking, checked with ``fstat`` and read for at most ``MAX_BYTES + 1`` bytes.
+    Raises :class:`SpecError` (located at the file's start) for a file that is not regular or is too large, and
+    ``OSError`` when it cannot be opened at all.
+    """
+    filename = str(path)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a device, FIFO or socket"
+            raise _error(filename, 1, 1, (), f"{what} is {kind}, not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
+        raise _error(filename, 1, 1, (), f"{what} is larger than {MAX_BYTES // 1024} KiB")
+    return b"".join(chunks)
+
+
 def load_yaml(text: str | bytes, filename: str) -> tuple[Any, Positions]:
     """Parse one YAML document into plain Python values and their positions.
 
@@ -122,6 +154,17 @@ def _error(filename: str, line: int, col: int, path: Path, message: str) -> Spec
     return SpecError([SpecProblem(filename, line, col, format_path(path), message)])
 
 
+_YAML = "tag:yaml.org,2002:"
+#: Tags a cluster file may carry, written or resolved: ``!!binary``, ``!!set``, ``!!python/...`` and custom tags are not.
+_TAGS = frozenset(_YAML + name for name in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq"))
+_MERGE = _YAML + "merge"
+
+
+def _short(tag: str) -> str:
+    """A tag as the file spells it: ``!!binary`` rather than ``tag:yaml.org,2002:binary``."""
+    return "!!" + tag[len(_YAML):] if tag.startswith(_YAML) else tag
+
+
 def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Positions, budget: _Budget,
              filename: str, depth: int) -> Any:
     mark = node.start_mark
@@ -133,6 +176,9 @@ def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Po
     if depth > MAX_DEPTH:
         raise _error(filename, *here, path, f"nesting is deeper than {MAX_DEPTH} levels")
     positions.values.setdefault(path, here)
+    if node.tag not in _TAGS:
+        raise _error(filename, *here, path, f"YAML tag '{_short(node.tag)}' is not supported here "
+                                            "(allowed: text, numbers, booleans, null, dates, lists and mappings)")
 
     if isinstance(node, yaml.ScalarNode):
         if path not in positions.scalars:
@@ -146,23 +192,54 @@ def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Po
         return [_convert(item, (*path, n), loader, positions, budget, filename, depth + 1)
                 for n, item in enumerate(node.value)]
     if isinstance(node, yaml.MappingNode):
-        try:
-            loader.flatten_mapping(node)
-        except yaml.YAMLError as exc:
-            raise _error(filename, *here, path, f"invalid merge key: {exc}") from None
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key_mark = key_node.start_mark
-            key_here = (key_mark.line + 1, key_mark.column + 1)
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise _error(filename, *key_here, path, "mapping keys must be plain scalars")
-            key = loader.construct_object(key_node)
-            key = key if isinstance(key, str) else str(key)
-            child = (*path, key)
-            if key in out:
-                first = positions.keys.get(child, (0, 0))
-                raise _error(filename, *key_here, child, f"duplicate key '{key}' (first given on line {first[0]})")
-            positions.keys[child] = key_here
-            out[key] = _convert(value_node, child, loader, positions, budget, filename, depth + 1)
-        return out
+        return _mapping(node, path, loader, positions, budget, filename, depth)
     raise _error(filename, *here, path, f"unsupported YAML node {type(node).__name__}")
+
+
+def _mapping(node: yaml.MappingNode, path: Path, loader: yaml.SafeLoader, positions: Positions, budget: _Budget,
+             filename: str, depth: int) -> dict[str, Any]:
+    """Convert a mapping; merge keys (``<<: *base``) fill in only the keys the mapping does not give itself.
+
+    That is YAML's merge semantics: explicit keys win over merged ones, and of several merged mappings the earlier
+    wins. Explicit keys given twice are still refused.
+    """
+    out: dict[str, Any] = {}
+    merges: list[yaml.Node] = []
+    for key_node, value_node in node.value:
+        key_mark = key_node.start_mark
+        key_here = (key_mark.line + 1, key_mark.column + 1)
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise _error(filename, *key_here, path, "mapping keys must be plain scalars")
+        if key_node.tag == _MERGE:
+            merges.append(value_node)
+            continue
+        key = _key(key_node, path, loader, filename, key_here)
+        child = (*path, key)
+        if key in out:
+            first = positions.keys.get(child, (0, 0))
+            raise _error(filename, *key_here, child, f"duplicate key '{key}' (first given on line {first[0]})")
+        positions.keys.setdefault(child, key_here)
+        out[key] = _convert(value_node, child, loader, positions, budget, filename, depth + 1)
+    for merge in merges:
+        sources = merge.value if isinstance(merge, yaml.SequenceNode) else [merge]
+        for source in sources:
+            mark = source.start_mark
+            if not isinstance(source, yaml.MappingNode):
+                raise _error(filename, mark.line + 1, mark.column + 1, path,
+                             "invalid merge key: '<<' takes a mapping or a list of mappings")
+            for key, value in _mapping(source, path, loader, positions, budget, filename, depth + 1).items():
+                if key not in out:
+                    out[key] = value
+    return out
+
+
+def _key(node: yaml.ScalarNode, path: Path, loader: yaml.SafeLoader, filename: str, here: tuple[int, int]) -> str:
+    """A mapping key as text; a key YAML cannot make a value of (a 5,000-digit number, a bad date) is located."""
+    if node.tag not in _TAGS:
+        raise _error(filename, *here, path, f"YAML tag '{_short(node.tag)}' is not supported on a key "
+                                            "(allowed: text, numbers, booleans, null and dates)")
+    try:
+        key = loader.construct_object(node)
+        return key if isinstance(key, str) else str(key)
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        raise _error(filename, *here, path, f"invalid key: {exc}") from None
