@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import jsonschema
+from jsonschema import validators
 
 from gpu_provision.errors import SpecProblem
 from gpu_provision.spec.yamlsafe import Path, Positions, format_path
@@ -26,6 +30,36 @@ def load_schema(name: str = "cluster.v1.schema.json") -> dict[str, Any]:
     Read through :mod:`importlib.resources` so a wheel, an sdist install and the checkout all find the same file.
     """
     return json.loads((resources.files("gpu_provision") / "schemas" / name).read_text(encoding="utf-8"))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    """JSON Schema ``pattern``, but an anchored ``^...$`` pattern must match the whole value.
+
+    JSON Schema's ``pattern`` is a search, and Python's ``$`` also matches before a trailing newline: ``'580\\n'``
+    would pass ``^[0-9]{3}$`` and add a line to a configuration file on a node.
+    """
+    if not validator.is_type(instance, "string"):
+        return
+    whole = pattern.startswith("^") and pattern.endswith("$")
+    if not (re.fullmatch(pattern, instance) if whole else re.search(pattern, instance)):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _finite(checker: Any, instance: Any) -> bool:
+    # JSON has no NaN or infinity, so JSON Schema's bounds let YAML's .nan through (every comparison is false).
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+def _integer(checker: Any, instance: Any) -> bool:
+    return _finite(checker, instance) and (isinstance(instance, int) or float(instance).is_integer())
+
+
+#: Draft 2020-12 with whole-value patterns and numbers that must be finite.
+Validator = validators.extend(
+    jsonschema.Draft202012Validator,
+    validators={"pattern": _pattern},
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _finite, "integer": _integer}),
+)
 
 
 #: What kind of value a message says it got, in a YAML reader's words rather than Python's type names.
@@ -108,6 +142,8 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
         return [(path, f"{shown} is not allowed (allowed: {', '.join(map(str, value))})", False)]
     if v == "const":
         return [(path, f"{shown} is not allowed (allowed: {value})", False)]
+    if v == "type" and isinstance(instance, float) and not math.isfinite(instance):
+        return [(path, f"{shown} is not a finite number{hint}", False)]
     if v == "type":
         got = "no value" if not written and instance is None else _kind(instance)
         if written and not isinstance(instance, (dict, list)):
@@ -132,7 +168,7 @@ def validate(document: Any, positions: Positions, filename: str) -> list[SpecPro
 
     File order lets a reader fix a file top to bottom; problems at one place keep the order the schema gives them.
     """
-    validator = jsonschema.Draft202012Validator(load_schema())
+    validator = Validator(load_schema())
     problems: list[SpecProblem] = []
     seen: set[tuple[str, str]] = set()
     for error in validator.iter_errors(document):

@@ -38,16 +38,37 @@ def check(cluster: Cluster, ctx: Context) -> None:
     _kubernetes(cluster, ctx)
 
 
+#: An RFC 1123 host name: dot-separated labels of letters, digits and '-', none starting or ending with '-'.
+_HOST_NAME = re.compile(r"(?=.{1,253}\.?\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
+                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
+
+
+def canonical_address(address: str) -> str | None:
+    """``address`` in one spelling per host (``::1`` for ``0:0::1``, host names in lower case), None if not valid.
+
+    A node address is handed to SSH and written into node configuration: an IP literal or an RFC 1123 host name only,
+    so whitespace, control characters or a leading '-' (read as an option) never reach a command line.
+    """
+    try:
+        return ipaddress.ip_address(address).compressed
+    except ValueError:
+        return address.lower().rstrip(".") if _HOST_NAME.match(address) else None
+
+
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
-    for attr in ("name", "address"):
-        counts = Counter(getattr(n, attr) for n in cluster.nodes)
+    for index, node in enumerate(cluster.nodes):
+        if canonical_address(node.address) is None:
+            ctx.add(("nodes", index, "address"), f"{node.address!r} is not an IP address or a host name (allowed: an "
+                                                 "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab')")
+    for attr, key in (("name", str), ("address", canonical_address)):
+        counts = Counter(key(getattr(n, attr)) for n in cluster.nodes)
         first: dict[str, int] = {}
         for index, node in enumerate(cluster.nodes):
-            value = getattr(node, attr)
-            if counts[value] > 1:
+            value = key(getattr(node, attr))
+            if value is not None and counts[value] > 1:
                 if value in first:
-                    ctx.add(("nodes", index, attr), f"duplicate node {attr} '{value}' (also node {first[value]}, "
-                                                    f"line {cluster.nodes[first[value]].line})")
+                    ctx.add(("nodes", index, attr), f"duplicate node {attr} '{getattr(node, attr)}' (also node "
+                                                    f"{first[value]}, line {cluster.nodes[first[value]].line})")
                 else:
                     first[value] = index
 
@@ -204,6 +225,16 @@ def _permissions(ctx: Context, index: int, node: Node) -> None:
         ctx.add_node(index, ("permissions", "users"), "permissions.users are given but permissions.group is not set")
 
 
+def _network(ctx: Context, key: str, cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """``cidr`` as a network, or None after a located problem (``999.0.0.0/8`` passes the schema's pattern)."""
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError as exc:
+        ctx.add(("cluster", "kubernetes", key), f"'{cidr}' is not a valid CIDR: {exc} "
+                                               "(allowed: an IPv4 CIDR such as '10.244.0.0/16')")
+        return None
+
+
 def _kubernetes(cluster: Cluster, ctx: Context) -> None:
     k8s = cluster.kubernetes
     if not k8s.enabled:
@@ -214,8 +245,8 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
     if k8s.minor not in KUBERNETES_MINORS:
         ctx.add(("cluster", "kubernetes", "version"), f"Kubernetes {k8s.version} is not supported "
                                                       f"(allowed: {', '.join(v + '.x' for v in KUBERNETES_MINORS)})")
-    pods, services = ipaddress.ip_network(k8s.pod_cidr, strict=False), ipaddress.ip_network(k8s.service_cidr, strict=False)
-    if pods.overlaps(services):
+    pods, services = _network(ctx, "pod_cidr", k8s.pod_cidr), _network(ctx, "service_cidr", k8s.service_cidr)
+    if pods and services and pods.overlaps(services):
         ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} overlaps the pod CIDR {pods}")
     for index, node in enumerate(cluster.nodes):
         version = node.container_runtime.version

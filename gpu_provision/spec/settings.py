@@ -57,6 +57,12 @@ _VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
 _CIDR = r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$"
 _NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
 _PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me)?$"
+#: Values that reach a node's apt or yum configuration: whole-value patterns without whitespace or control
+#: characters, so a value cannot add a line (``gpgcheck=0``) to a file there.
+_URL = r"^https?://[^\x00-\x20\x7f]+$"
+_SUITE = r"^[A-Za-z0-9._{}/-]+$"
+_COMPONENT = r"^[A-Za-z0-9._{}-]+$"
+_REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
 _TAINT = r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
 #: An image reference: ``[registry[:port]/]path[:tag][@sha256:<64 hex digits>]`` (distribution/reference's grammar,
 #: the digest limited to sha256, the one algorithm registries serve). A digest pins the image's content; a tag can be
@@ -82,6 +88,10 @@ FORMS: dict[str, str] = {
     _TAINT: "key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
     "^[0-9]{1,2}$": "a GPU index such as '0'",
+    _URL: "an http:// or https:// URL without spaces or control characters",
+    _SUITE: "an apt suite such as 'stable', '{codename}' or '/'",
+    _COMPONENT: "an apt component such as 'stable' or 'main'",
+    _REGISTRY: "a registry host such as 'registry.internal:5000', optionally with a path",
 }
 
 
@@ -89,17 +99,17 @@ def _repository(name: str) -> dict[str, Any]:
     """A package repository and its key; left out, the upstream one (``UPSTREAM[name]``) is used."""
     upstream = UPSTREAM[name]
     components: dict[str, Any] = {"type": "array", "description": "apt components (empty for flat repositories).",
-                                  "items": _s("One component, e.g. 'stable'.")}
+                                  "items": _s("One component, e.g. 'stable'.", pattern=_COMPONENT)}
     if "components" in upstream:
         components["default"] = upstream["components"]
     return _obj(
         "A package repository and its signing key. Point both at an internal mirror on air-gapped sites.",
         {
-            "url": _s("Base URL of the repository (apt: the URL in the sources entry; yum: baseurl).", minLength=1),
+            "url": _s("Base URL of the repository (apt: the URL in the sources entry; yum: baseurl).", pattern=_URL),
             "key_url": _s("URL of the ASCII-armored or binary signing key; the deploy installs it and references it "
-                          "with signed-by.", minLength=1),
+                          "with signed-by.", pattern=_URL),
             "suite": _s("apt suite; '/' for flat repositories (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).",
-                        default=upstream["suite"]),
+                        pattern=_SUITE, default=upstream["suite"]),
             "components": components,
         },
         required=("url", "key_url"),
@@ -309,10 +319,11 @@ _team = _obj(
     {
         "name": _s("Team name.", pattern=_NAME),
         "namespace": _s("Namespace (default: the team name).", pattern=_NAME),
-        "gpus": _i("Quota on requests.nvidia.com/gpu.", minimum=0, default=0),
+        "gpus": _i("Quota on requests.nvidia.com/gpu.", minimum=0, maximum=1_000_000, default=0),
         "mig": {"type": "object", "description": "Quota per MIG resource, by profile name.",
                 "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
-                "additionalProperties": {"type": "integer", "minimum": 0, "description": "Instances."}},
+                "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000,
+                                         "description": "Instances."}},
         "users": {"type": "array", "description": "Users bound to the team's role.", "items": _s("User.")},
         "groups": {"type": "array", "description": "Groups bound to the team's role.", "items": _s("Group.")},
         "pod_security": _e("Pod Security Standard the namespace enforces (default: "
@@ -377,7 +388,7 @@ _rollout = _obj(
     "Changes that disrupt nothing go to every node at once; the others go in batches, control-plane nodes alone.",
     {
         "max_parallel": _i("Nodes changed at once (the GPU Operator's maxParallelUpgrades).", minimum=1,
-                           default=1),
+                           maximum=100_000, default=1),
         "max_unavailable": {"type": ["integer", "string"], "minimum": 1, "pattern": PERCENT,
                             "x-allowed": "a node count such as 2, or a percentage of a node group such as '25%'",
                             "description": "Nodes of one node group (nodes without a group form one) that may be "
@@ -388,7 +399,7 @@ _rollout = _obj(
             "Waiting for GPU jobs to finish on a cordoned node before it is changed.",
             {
                 "timeout": _i("Seconds to wait for the GPU jobs; 0 waits without limit (the GPU Operator's "
-                              "waitForCompletion.timeoutSeconds).", minimum=0, default=0),
+                              "waitForCompletion.timeoutSeconds).", minimum=0, maximum=604800, default=0),
                 "pod_selector": _s("Label selector of the pods waited for, e.g. 'app=training'; left out, every pod "
                                    "that requests an nvidia.com GPU resource."),
             },
@@ -396,7 +407,7 @@ _rollout = _obj(
         "drain": _obj(
             "Draining a node whose GPU jobs did not finish in time.",
             {"timeout": _i("Seconds the drain may take before the node fails its rollout.", minimum=1,
-                           default=300)},
+                           maximum=604800, default=300)},
         ),
     },
 )
@@ -406,8 +417,8 @@ _mirrors = _obj(
     {
         **{name: _repository(name) for name in ("cuda", "container_toolkit", "docker", "kubernetes")},
         "registry": _s("Registry host that replaces the registry of every container image, e.g. "
-                       "'registry.internal:5000'."),
-        "package_proxy": _s("HTTP proxy for the nodes' package manager, e.g. 'http://10.0.0.1:3142'."),
+                       "'registry.internal:5000'.", pattern=_REGISTRY),
+        "package_proxy": _s("HTTP proxy for the nodes' package manager, e.g. 'http://10.0.0.1:3142'.", pattern=_URL),
     },
 )
 

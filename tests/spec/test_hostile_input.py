@@ -85,7 +85,7 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("extra", "expected"), HOSTILE, ids=[e for e, _ in HOSTILE])
+@pytest.mark.parametrize(("extra", "expected"), HOSTILE, ids=[e.strip()[:40] for e, _ in HOSTILE])
 def test_tags_and_scalars_are_handled_or_refused_where_they_stand(tmp_path: Path, extra: str, expected: str,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "cluster.yaml"
