@@ -33,6 +33,11 @@ def _limits_problem(table: ProfileTable, counts: dict[str, int]) -> tuple[str, s
     me = placement.media_extensions(table, counts)
     if me > 1:
         return f"{me} '+me' instances requested; a GPU has one media-extension instance at most", None
+    beside = placement.beside_all_media(table, counts)
+    if beside:
+        greedy, other = beside
+        return (f"{other.name} cannot sit beside {greedy.name}: a '+me.all' instance takes every media engine, so only "
+                f"'-me' instances may share its GPU"), other.name
     return None
 
 
@@ -104,8 +109,8 @@ def format_layout(counts: dict[str, int]) -> str:
 def parse_layout(text: str) -> dict[str, int]:
     """Parse ``"1g.18gb x2 + 2g.35gb + 3g.71gb"`` or ``"1g.18gb=2,3g.71gb=1"`` into profile counts."""
     counts: dict[str, int] = {}
-    # "+" joins terms, except in a "+me" profile suffix.
-    for part in re.split(r",|\+(?!me\b)", text):
+    # "+" joins terms, except in a profile suffix: "+me", "+me.all", "+gfx".
+    for part in re.split(r",|\+(?!me\b|gfx\b)", text):
         part = part.strip()
         if not part:
             continue

@@ -56,7 +56,7 @@ def _e(desc: str, values: list[str], **kw: Any) -> dict[str, Any]:
 _VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
 _CIDR = r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$"
 _NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
-_PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me)?$"
+_PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me|\+me\.all|\+gfx|-me)?$"
 #: Values that reach a node's apt or yum configuration: whole-value patterns without whitespace or control
 #: characters, so a value cannot add a line (``gpgcheck=0``) to a file there.
 _URL = r"^https?://[^\x00-\x20\x7f]+$"
@@ -77,7 +77,7 @@ FORMS: dict[str, str] = {
     _VERSION: "a version such as '12.4' or '1.17.8' (quote it in YAML)",
     _CIDR: "an IPv4 CIDR such as '10.244.0.0/16'",
     _NAME: "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63",
-    _PROFILE: "a MIG profile name such as '1g.18gb' or '1g.18gb+me'",
+    _PROFILE: "a MIG profile name such as '1g.18gb', '1g.18gb+me', '1g.24gb+me.all', '1g.24gb+gfx' or '1g.24gb-me'",
     r"^[0-9]{3}$": "a three-digit driver branch such as '580'",
     r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$": "a driver version such as '580.159.04'",
     r"^[0-9]+[bkmg]?$": "a size such as '64m' or '1g'",

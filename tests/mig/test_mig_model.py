@@ -92,6 +92,20 @@ def test_search_reports_how_far_it_got() -> None:
     assert placement.media_extensions(table, {"1g.18gb+me": 1, "20": 1, "1g.18gb": 3}) == 2
 
 
+def test_media_engine_rules_of_the_newer_suffixes() -> None:
+    table = catalog.model("RTX-PRO-6000").mig
+    assert table is not None
+    assert placement.media_extensions(table, {"1g.24gb+me.all": 1, "1g.24gb+me": 1, "1g.24gb-me": 2}) == 2
+    assert placement.beside_all_media(table, {"1g.24gb+me.all": 1, "1g.24gb-me": 3}) is None
+    assert placement.beside_all_media(table, {"1g.24gb+gfx": 4}) is None
+    assert placement.beside_all_media(table, {"2g.48gb+me.all": 1, "1g.24gb": 1}) == (
+        table.profile("2g.48gb+me.all"), table.profile("1g.24gb"))
+    assert placement.plan(table, {"2g.48gb+me.all": 1, "1g.24gb": 1}) is None
+    assert placement.plan(table, {"1g.24gb+me.all": 1, "1g.24gb+me": 1}) is None
+    assert placement.plan(table, {"2g.48gb+me.all": 1, "1g.24gb-me": 2}) == (
+        Placement("2g.48gb+me.all", 0, 2), Placement("1g.24gb-me", 2, 1), Placement("1g.24gb-me", 3, 1))
+
+
 # --- the mig-parted reader ----------------------------------------------------------------------------------------
 
 

@@ -42,11 +42,11 @@ def test_every_all_single_profile_layout_fits(key: str) -> None:
 @pytest.mark.parametrize("key", MIG_MODELS)
 def test_balanced_layout_fits(key: str) -> None:
     table = _table(key)
-    if table.memory_slices == 4:  # A30: all-balanced is 2 x 1g + 1 x 2g [GPU Operator default config]
-        counts = {"1g.6gb": 2, "2g.12gb": 1}
+    one = next(p.name for p in table.profiles if p.memory_slices == 1 and not p.media_extensions)
+    two = next(p.name for p in table.profiles if p.compute_slices == 2)
+    if table.memory_slices == 4:  # A30, RTX PRO 6000: all-balanced is 2 x 1g + 1 x 2g [GPU Operator default config]
+        counts = {one: 2, two: 1}
     else:
-        one = next(p.name for p in table.profiles if p.memory_slices == 1 and not p.media_extensions)
-        two = next(p.name for p in table.profiles if p.compute_slices == 2)
         three = next(p.name for p in table.profiles if p.compute_slices == 3)
         counts = {one: 2, two: 1, three: 1}
     _check_placements(table, mig.plan(table, counts))
@@ -120,3 +120,47 @@ def test_parse_layout_forms() -> None:
     assert mig.parse_layout("1g.18gb x2 + 3g.71gb") == {"1g.18gb": 2, "3g.71gb": 1}
     assert mig.parse_layout("1g.18gb=2,3g.71gb=1") == {"1g.18gb": 2, "3g.71gb": 1}
     assert mig.parse_layout("1g.18gb+me") == {"1g.18gb+me": 1}
+
+
+def test_parse_layout_keeps_the_newer_suffixes() -> None:
+    assert mig.parse_layout("1g.24gb+me.all + 1g.24gb-me x3") == {"1g.24gb+me.all": 1, "1g.24gb-me": 3}
+    assert mig.parse_layout("1g.24gb+gfx x2+2g.48gb+gfx") == {"1g.24gb+gfx": 2, "2g.48gb+gfx": 1}
+    assert mig.parse_layout("2g.48gb-me=1,1g.24gb+me=1,1g.24gb+gfx") == {
+        "2g.48gb-me": 1, "1g.24gb+me": 1, "1g.24gb+gfx": 1}
+
+
+def test_rtx_pro_6000_graphics_and_media_profiles() -> None:
+    table = _table("RTX-PRO-6000")
+    placements = mig.plan(table, mig.parse_layout("1g.24gb+gfx x2 + 2g.48gb-me"))
+    assert [(p.profile, p.start, p.size) for p in placements] == [
+        ("2g.48gb-me", 0, 2), ("1g.24gb+gfx", 2, 1), ("1g.24gb+gfx", 3, 1)]
+    _check_placements(table, mig.plan(table, mig.parse_layout("1g.24gb+me.all + 1g.24gb-me x3")))
+    _check_placements(table, mig.plan(table, mig.parse_layout("2g.48gb+me.all + 2g.48gb-me")))
+
+
+def test_one_media_extension_instance_counts_me_all() -> None:
+    table = _table("RTX-PRO-6000")
+    with pytest.raises(MigLayoutError) as info:
+        mig.plan(table, mig.parse_layout("1g.24gb+me + 1g.24gb+me.all"))
+    assert "one media-extension instance at most" in str(info.value)
+
+
+def test_only_me_less_instances_beside_me_all() -> None:
+    table = _table("RTX-PRO-6000")
+    # The suggestion keeps whichever instance holds more memory.
+    for other, suggestion in (("1g.24gb", {"1g.24gb+me.all": 1}), ("1g.24gb+gfx", {"1g.24gb+me.all": 1}),
+                              ("2g.48gb", {"2g.48gb": 1})):
+        with pytest.raises(MigLayoutError) as info:
+            mig.plan(table, {"1g.24gb+me.all": 1, other: 1})
+        assert info.value.profile == other
+        assert f"{other} cannot sit beside 1g.24gb+me.all" in str(info.value)
+        assert info.value.suggestion == suggestion
+
+
+def test_new_models_are_found_by_their_product_names() -> None:
+    for name, key in (("NVIDIA B300", "B300"), ("NVIDIA GB200", "GB200"), ("NVIDIA H20", "H20"),
+                      ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
+                      ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000")):
+        found = catalog.model(name)
+        assert found is not None and found.key == key
+        assert found.mig is not None and found.mig.placements_source

@@ -86,3 +86,25 @@ def test_a_file_that_leaves_a_setting_out_gets_its_default(path: str, tmp_path: 
 def test_unknown_path_has_no_default() -> None:
     with pytest.raises(KeyError):
         default("driver.version")
+
+
+def test_a_layout_may_use_every_profile_suffix_nvidia_documents(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text("""\
+version: v1
+cluster:
+  name: t
+  kubernetes: {enabled: false}
+nodes:
+  - name: n1
+    address: 127.0.0.1
+    gpus: {model: RTX-PRO-6000, count: 3}
+    mig:
+      layout: {"1g.24gb+me.all": 1, "1g.24gb-me": 3}
+      gpus:
+        1: {layout: {"1g.24gb+gfx": 2, "2g.48gb-me": 1}}
+        2: {layout: {"1g.24gb+me": 1, "1g.24gb": 1, "2g.48gb+gfx": 1}}
+""")
+    layouts = load_cluster(tmp_path / "cluster.yaml").node("n1").mig.layouts
+    assert sorted(p.profile for p in layouts[0].placements) == ["1g.24gb+me.all"] + ["1g.24gb-me"] * 3
+    assert sorted(p.profile for p in layouts[1].placements) == ["1g.24gb+gfx"] * 2 + ["2g.48gb-me"]
+    assert sorted(p.profile for p in layouts[2].placements) == ["1g.24gb", "1g.24gb+me", "2g.48gb+gfx"]

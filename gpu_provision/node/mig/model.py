@@ -76,8 +76,19 @@ class Profile:
 
     @property
     def media_extensions(self) -> bool:
-        """Whether this is a ``+me`` profile (at most one per GPU)."""
-        return self.name.endswith("+me")
+        """Whether this is a ``+me`` or ``+me.all`` profile: both hold the GPU's one OFA, so at most one per GPU."""
+        return self.name.endswith(("+me", "+me.all"))
+
+    @property
+    def all_media_engines(self) -> bool:
+        """Whether this is a ``+me.all`` profile, which takes every media engine of the GPU: NVIDIA's tables give it
+        all of them, so only ``-me`` instances (which have none) can sit beside it."""
+        return self.name.endswith("+me.all")
+
+    @property
+    def no_media_engines(self) -> bool:
+        """Whether this is a ``-me`` profile: pure compute, without any media engine."""
+        return self.name.endswith("-me")
 
 
 @dataclass(frozen=True)

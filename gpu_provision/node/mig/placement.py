@@ -1,8 +1,9 @@
 """The placement search: which memory slices each GPU instance of a layout occupies (the only implementation).
 
 A layout fits when every instance gets a start from its profile's placement table, no two instances share a memory
-slice, no profile exceeds its instance limit, at most one ``+me`` profile is used, and the compute slices add up to
-at most the GPU's total. Whether a mixed layout fits depends on placement, not only on the slice count, so this
+slice, no profile exceeds its instance limit, at most one ``+me`` or ``+me.all`` profile is used, only ``-me``
+instances sit beside a ``+me.all`` one (it takes every media engine), and the compute slices add up to at most the
+GPU's total. Whether a mixed layout fits depends on placement, not only on the slice count, so this
 searches placements depth-first (the tables are small: at most 8 slots and 7 instances), most constrained instance
 first (largest, then fewest starts), taking each profile's starts in the driver's order.
 
@@ -66,13 +67,32 @@ def over_limit(table: ProfileTable, counts: Mapping[str, int]) -> Optional[Tuple
 
 
 def media_extensions(table: ProfileTable, counts: Mapping[str, int]) -> int:
-    """How many ``+me`` instances ``counts`` asks for (a GPU has one media-extension instance at most)."""
+    """How many ``+me`` and ``+me.all`` instances ``counts`` asks for (a GPU has one media-extension instance at
+    most: both hold its one OFA)."""
     total = 0
     for name, count in counts.items():
         profile = table.profile(name)
         if profile is not None and profile.media_extensions:
             total += count
     return total
+
+
+def beside_all_media(table: ProfileTable, counts: Mapping[str, int]) -> Optional[Tuple[Profile, Profile]]:
+    """A ``+me.all`` profile of ``counts`` and an instance beside it that needs media engines, else None.
+
+    NVIDIA's tables give a ``+me.all`` instance every media engine of the GPU and do not say what the driver does with
+    another instance that expects some, so only ``-me`` instances (which have none) are placed beside it.
+    """
+    profiles = [(table.profile(name), count) for name, count in counts.items() if count]
+    greedy = next((p for p, _ in profiles if p is not None and p.all_media_engines), None)
+    if greedy is None:
+        return None
+    for profile, count in profiles:
+        if profile is None or profile.no_media_engines:
+            continue
+        if profile is not greedy or count > 1:
+            return greedy, profile
+    return None
 
 
 def search(table: ProfileTable, wanted: List[Profile]) -> Search:
@@ -114,7 +134,7 @@ def plan(table: ProfileTable, counts: Mapping[str, int]) -> Optional[Tuple[Place
         wanted = instances(table, counts)
     except UnknownProfile:
         return None
-    if over_limit(table, counts) or media_extensions(table, counts) > 1:
+    if over_limit(table, counts) or media_extensions(table, counts) > 1 or beside_all_media(table, counts):
         return None
     return search(table, wanted).placements
 
