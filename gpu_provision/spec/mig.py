@@ -7,6 +7,7 @@ slots already taken at that point, and the largest sub-layout that would fit.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -51,20 +52,31 @@ def fits(table: ProfileTable, counts: dict[str, int]) -> bool:
 
 
 def suggest(table: ProfileTable, counts: dict[str, int]) -> dict[str, int] | None:
-    """The sub-layout of ``counts`` that fits and uses the most memory slices (then the most instances)."""
-    names = [n for n, c in counts.items() if c > 0 and table.profile(n)]
-    best: tuple[tuple[int, int], dict[str, int]] | None = None
-    for combo in itertools.product(*(range(counts[n], -1, -1) for n in names)):
-        candidate = {n: c for n, c in zip(names, combo) if c}
-        if not candidate or candidate == {n: counts[n] for n in names}:
+    """The sub-layout of ``counts`` that fits and uses the most memory slices (then the most instances).
+
+    Bounded: each count is clamped to its profile's instance limit and sub-layouts needing more memory slices than
+    the GPU has are skipped before any placement search, so seven profiles asked for seven times each try a few
+    hundred sub-layouts, not millions. Identical GPUs (a 16-GPU node with one layout) share one answer.
+    """
+    found = _suggest(table, tuple((n, c) for n, c in counts.items() if c > 0 and table.profile(n)))
+    return dict(found) if found else None
+
+
+@functools.lru_cache(maxsize=256)
+def _suggest(table: ProfileTable, asked: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...] | None:
+    names = [n for n, _ in asked]
+    profiles = [table.profile(n) for n in names]
+    ranges = [range(min(c, p.max_instances if p else c), -1, -1) for (_, c), p in zip(asked, profiles)]
+    best: tuple[tuple[int, int], tuple[tuple[str, int], ...]] | None = None
+    for combo in itertools.product(*ranges):
+        if sum(c * p.memory_slices for c, p in zip(combo, profiles) if p) > table.memory_slices:
             continue
-        if _limits_problem(table, candidate):
+        candidate = tuple((n, c) for n, c in zip(names, combo) if c)
+        if not candidate or candidate == asked or _limits_problem(table, dict(candidate)):
             continue
-        wanted = placement.instances(table, candidate)
-        if placement.search(table, wanted).placements is None:
-            continue
+        wanted = placement.instances(table, dict(candidate))
         score = (sum(p.memory_slices for p in wanted), len(wanted))
-        if best is None or score > best[0]:
+        if (best is None or score > best[0]) and placement.search(table, wanted).placements is not None:
             best = (score, candidate)
     return best[1] if best else None
 
