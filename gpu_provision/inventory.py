@@ -1,9 +1,14 @@
 """Turning a cluster file into pyinfra hosts and groups, and back from a pyinfra host to its typed node.
 
 Groups: ``control_plane`` and ``workers`` by role, ``group_<name>`` per node group, ``gpu_<model>`` per GPU model
-(``gpu_h200``, ``gpu_a100_80gb``) and ``no_gpu``. Each host's data holds the SSH settings pyinfra's connector reads
-and ``gpu_provision_node``, the resolved node as plain data (so ``pyinfra ... debug-inventory`` can print it); code
-reads the typed node through :func:`node_for`.
+(``gpu_h200``, ``gpu_a100_80gb``) and ``no_gpu``. Each host's data holds its address and ``gpu_provision_node``, the
+resolved node as plain data (so ``pyinfra ... debug-inventory`` can print it); code reads the typed node through
+:func:`node_for`.
+
+Connection settings (login user, port, key, sudo) sit where a pyinfra inventory puts them, so pyinfra's own
+overrides win as pyinfra users expect: ``cluster.ssh`` is the ``all`` group's data (below ``group_data/*.py``,
+host data, ``--data`` and ``--user``), and only what a node's own ``ssh:`` changes is host data (below ``--data`` and
+``--user``). See docs/connection.md.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Any
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.spec import Cluster, Node, cluster_file_from_env, load_cluster
+from gpu_provision.spec.model import SshSettings
 
 _CACHE: dict[str, Cluster] = {}
 
@@ -30,31 +36,50 @@ def _ident(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
 
 
-def host_data(node: Node, source: str) -> dict[str, Any]:
-    """pyinfra host data for ``node``: SSH connector settings plus the resolved node."""
+def connection_data(ssh: SshSettings) -> dict[str, Any]:
+    """The pyinfra connection data for ``ssh`` (``ssh_user``, ``ssh_port``, ``ssh_key``, ``_sudo``...).
+
+    A login user other than root runs operations through sudo. For root ``_sudo`` is left out rather than False:
+    data outranks pyinfra's config, so a False here would silently cancel ``pyinfra --sudo``.
+    """
     data: dict[str, Any] = {
-        "ssh_hostname": node.address,
-        "ssh_user": node.ssh.user,
-        "ssh_port": node.ssh.port,
-        "ssh_strict_host_key_checking": "yes" if node.ssh.strict_host_key_checking else "no",
-        "gpu_provision_cluster_file": source,
-        "gpu_provision_node": asdict(node),
+        "ssh_user": ssh.user,
+        "ssh_port": ssh.port,
+        "ssh_strict_host_key_checking": "yes" if ssh.strict_host_key_checking else "no",
     }
-    if node.ssh.key:
-        data["ssh_key"] = node.ssh.key
-    if node.ssh.known_hosts:
-        data["ssh_known_hosts_file"] = node.ssh.known_hosts
-    if node.ssh.user != "root":
+    if ssh.user != "root":
         data["_sudo"] = True
+    if ssh.key:
+        data["ssh_key"] = ssh.key
+    if ssh.known_hosts:
+        data["ssh_known_hosts_file"] = ssh.known_hosts
     return data
 
 
-def groups(path: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """pyinfra inventory groups for the cluster file at ``path``."""
+def host_data(node: Node, source: str, cluster_ssh: SshSettings) -> dict[str, Any]:
+    """pyinfra host data for ``node``: its address, the resolved node, and the connection settings its own ``ssh:``
+    changes from ``cluster_ssh`` (the rest are the ``all`` group's data, which pyinfra's overrides outrank)."""
+    defaults, settings = connection_data(cluster_ssh), connection_data(node.ssh)
+    # A node's ssh: sets user, port and key and never drops a key, so only sudo can be on for the cluster yet off here
+    # (a node logging in as root).
+    own = {key: value for key, value in settings.items() if defaults.get(key) != value}
+    if "_sudo" in defaults and "_sudo" not in settings:
+        own["_sudo"] = False
+    return {
+        "ssh_hostname": node.address,
+        **own,
+        "gpu_provision_cluster_file": source,
+        "gpu_provision_node": asdict(node),
+    }
+
+
+def groups(path: str) -> dict[str, Any]:
+    """pyinfra inventory groups for the cluster file at ``path``: ``all`` as ``(hosts, data)`` with the cluster's
+    connection settings as its data, the other groups as lists of ``(host, host data)``."""
     spec = cluster(path)
-    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    out: dict[str, Any] = {"all": ([node.name for node in spec.nodes], connection_data(spec.ssh))}
     for node in spec.nodes:
-        entry = (node.name, host_data(node, spec.source))
+        entry = (node.name, host_data(node, spec.source, spec.ssh))
         names = ["control_plane" if node.role == "control-plane" else "workers"]
         if node.group:
             names.append(f"group_{_ident(node.group)}")
