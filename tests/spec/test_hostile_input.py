@@ -11,8 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpu_provision.cli import main
+from gpu_provision.errors import SpecError
 from gpu_provision.spec import load_cluster
 from gpu_provision.spec.yamlsafe import MAX_BYTES, load_yaml
 
@@ -120,3 +123,28 @@ def test_explicit_duplicates_are_still_refused(tmp_path: Path, capsys: pytest.Ca
     path = tmp_path / "cluster.yaml"
     path.write_text(BASE + "    labels: {<<: {a: b}, c: d, c: e}\n")
     assert _validate(path, capsys) == [f"{path}:8:32: $.nodes[0].labels.c: duplicate key 'c' (first given on line 8)"]
+
+
+#: One YAML scalar or collection of each hostile class, written as a value or a key would be.
+HOSTILE_SCALARS = st.sampled_from([
+    "2020-01-01", "2020-02-30", "2001-12-14t21:59:43.10-05:00", "!!binary aGVsbG8=", "!!timestamp 2020-01-01",
+    "!foo x", "!!python/object:os.system x", "!!python/name:os.system x", "!!set {a}", "!!omap [a: 1]",
+    ".nan", "-.inf", "1e400", "0x1F", "0o17", "1_000", "9" * 5000, "'a\\nb'", '"a\\nb"', '"\\x00"', '"-oX=y"',
+    "~", "yes", "012", "[1, {a: b}]", "{<<: {a: 1}, a: 2}", "*nothere",
+])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(HOSTILE_SCALARS, st.sampled_from(["name", "address", "role", "labels", "taints", "gpus", "mig", "driver"]),
+       st.booleans())
+def test_any_hostile_scalar_anywhere_is_clean_or_located(tmp_path: Path, scalar: str, key: str, as_key: bool) -> None:
+    path = tmp_path / "cluster.yaml"
+    entry = f"    ? {scalar}\n    : x\n" if as_key else f"    {key}: {scalar}\n"
+    path.write_text(BASE.replace("  - name: n1\n    address: 10.0.0.1\n",
+                                 "  - name: n1\n" + ("    address: 10.0.0.1\n" if key != "address" else "") + entry))
+    try:
+        load_cluster(path)
+    except SpecError as exc:
+        assert exc.problems
+        for problem in exc.problems:
+            assert problem.file == str(path) and problem.line >= 1 and problem.path.startswith("$")
