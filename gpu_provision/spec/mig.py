@@ -85,9 +85,16 @@ def plan(table: ProfileTable, counts: dict[str, int]) -> tuple[Placement, ...]:
     """Concrete placements for ``counts``, ordered by start slice.
 
     Raises :class:`MigLayoutError` naming the profile that could not be placed, the slots already taken at that
-    point, and a layout that fits.
+    point, and a layout that fits. A layout that fits is planned once per table and layout, however many GPUs and
+    nodes ask for it: a fleet's file repeats the same few layouts thousands of times (a refusal is not cached, so
+    each one raises its own error).
     """
-    counts = {n: c for n, c in counts.items() if c}
+    return _plan(table, tuple((n, c) for n, c in counts.items() if c))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(table: ProfileTable, asked: tuple[tuple[str, int], ...]) -> tuple[Placement, ...]:
+    counts = dict(asked)
     wanted = _instances(table, counts)
     limits = _limits_problem(table, counts)
     partial: tuple[Placement, ...] = ()

@@ -18,6 +18,7 @@ from gpu_provision.spec import catalog, load_cluster, mig
 def searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts every placement search run from here on; the suggestion cache starts empty."""
     mig._suggest.cache_clear()
+    mig._plan.cache_clear()
     count = [0]
     real = placement.search
 
@@ -57,6 +58,7 @@ nodes:
     assert len(problems) == 16 and all("a layout that fits: 1g.18gb x6 + 1g.35gb" in p.message for p in problems)
     one_gpu = searches[0]
     mig._suggest.cache_clear()
+    mig._plan.cache_clear()
     searches[0] = 0
     mig.suggest(catalog.model("H200").mig, {p.name: 7 for p in catalog.model("H200").mig.profiles})
     # Sixteen GPUs cost one suggestion's searches plus one plan search per GPU.
@@ -67,3 +69,13 @@ def test_suggestion_is_the_largest_fitting_sub_layout(searches: list[int]) -> No
     table = catalog.model("H200").mig
     assert mig.suggest(table, {"3g.71gb": 2, "4g.71gb": 1}) == {"3g.71gb": 2}
     assert mig.suggest(table, {"7g.141gb": 1}) is None
+
+
+def test_a_layout_that_fits_is_planned_once_for_every_gpu_asking_it(searches: list[int]) -> None:
+    """A fleet file repeats a few layouts thousands of times: the second asker gets the first answer."""
+    table = catalog.model("H200").mig
+    layout = {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
+    first = mig.plan(table, layout)
+    assert searches[0] == 1
+    assert [mig.plan(table, dict(layout)) for _ in range(100)] == [first] * 100
+    assert searches[0] == 1
