@@ -17,8 +17,11 @@ from gpu_provision.operations import repos
 
 
 @pytest.fixture
-def armored_key(tmp_path: Path) -> Path:
-    """A freshly generated public key, ASCII-armored, as a repository would publish it."""
+def armored_key(tmp_path: Path) -> Iterator[Path]:
+    """A freshly generated public key, ASCII-armored, as a repository would publish it.
+
+    Key generation starts a gpg-agent for the temporary home; it is stopped afterwards so no process outlives the test.
+    """
     if not shutil.which("gpg"):
         pytest.skip("gpg is not installed")
     home = tmp_path / "gnupg"
@@ -29,7 +32,8 @@ def armored_key(tmp_path: Path) -> Path:
     key = tmp_path / "key.asc"
     key.write_bytes(subprocess.run(["gpg", "--armor", "--export", "repo@example.org"], env=env, check=True,
                                    capture_output=True).stdout)
-    return key
+    yield key
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, capture_output=True)
 
 
 @pytest.fixture

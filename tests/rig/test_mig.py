@@ -147,8 +147,8 @@ def test_busy_gpu_refused_then_applied(deploy, ssh, node):  # type: ignore[no-un
     assert placed(ssh, node, 0) == B_PLACED
 
 
-def test_layout_back_after_reboot(rig, deploy, ssh, node):  # type: ignore[no-untyped-def]
-    assert deploy(A).returncode == 0
+def reboot(rig, ssh, node: RigNode) -> None:  # type: ignore[no-untyped-def]
+    """Reboot a rig node and return once its systemd has finished booting (a new leader process, sshd answering)."""
     before = leader_pid(rig.layout(node.name))
     ssh(node, "systemctl reboot")
     deadline = time.monotonic() + 120
@@ -156,6 +156,11 @@ def test_layout_back_after_reboot(rig, deploy, ssh, node):  # type: ignore[no-un
         time.sleep(0.2)
     rig.wait_ssh([node.name])
     ssh(node, "systemctl is-system-running --wait")
+
+
+def test_layout_back_after_reboot(rig, deploy, ssh, node):  # type: ignore[no-untyped-def]
+    assert deploy(A).returncode == 0
+    reboot(rig, ssh, node)
     status = ssh(node, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
     assert "ActiveState=active" in status and "Result=success" in status, status
     assert ssh(node, "nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader").stdout.split() == [

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, cluster_doc, placed
+from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, cluster_doc, placed, reboot
 
 from gpu_provision.bundle import BUNDLE_PATH
 from gpu_provision_rig.config import RigNode
-from gpu_provision_rig.node import leader_pid
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -159,13 +158,7 @@ def test_kill_9_is_finished_by_the_next_run(at_a, ssh):  # type: ignore[no-untyp
 
 def test_kill_9_is_finished_by_the_boot_unit(rig, at_a, ssh):  # type: ignore[no-untyped-def]
     killed(ssh, at_a)
-    before = leader_pid(rig.layout(at_a.name))
-    ssh(at_a, "systemctl reboot")
-    deadline = time.monotonic() + 120
-    while leader_pid(rig.layout(at_a.name)) in (before, None) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    rig.wait_ssh([at_a.name])
-    ssh(at_a, "systemctl is-system-running --wait")
+    reboot(rig, ssh, at_a)
     status = ssh(at_a, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
     assert "ActiveState=active" in status and "Result=success" in status, status
     journal = ssh(at_a, "journalctl -b -u gpu-provision-mig.service --no-pager").stdout
