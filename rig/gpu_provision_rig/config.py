@@ -30,6 +30,13 @@ DEFAULT_CACHE_DIR = "/var/cache/gpu-provision/rig"
 STATE_DIR_ENV = "GPU_PROVISION_RIG_DIR"
 CACHE_DIR_ENV = "GPU_PROVISION_RIG_CACHE"
 
+#: Login user of every node whose sudo needs no password (``/etc/sudoers.d``), logging in with the rig's key.
+SUDO_USER = "ops"
+#: Login user of every node whose sudo asks for :data:`SUDO_PASSWORD` (group ``sudo``), logging in with the rig's key.
+PASSWORD_SUDO_USER = "opspw"
+#: The password of :data:`PASSWORD_SUDO_USER`: rig nodes only (no password logins over SSH), for the sudo prompt.
+SUDO_PASSWORD = "rig-sudo-password"
+
 _NODE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 

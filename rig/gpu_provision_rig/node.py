@@ -26,7 +26,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_provision_rig.config import BRIDGE_NAME, RigNode, RigPaths
+from gpu_provision_rig.config import (
+    BRIDGE_NAME,
+    PASSWORD_SUDO_USER,
+    SUDO_PASSWORD,
+    SUDO_USER,
+    RigNode,
+    RigPaths,
+)
 from gpu_provision_rig.errors import RigError
 from gpu_provision_rig.hardware import NODE_PCI_DIR, write_hardware
 from gpu_provision_rig.procs import read_pid, write_pidfile
@@ -136,9 +143,62 @@ def wipe(layout: NodeLayout) -> None:
         if d.exists():
             shutil.rmtree(d)
 
+SUDOERS_FILE = "etc/sudoers.d/gpu-provision-rig"
+SUDOERS = f"""\
+# Written by the gpu-provision rig: {SUDO_USER} becomes root without a password; {PASSWORD_SUDO_USER} (group sudo) with its own.
+{SUDO_USER} ALL=(ALL:ALL) NOPASSWD: ALL
+"""
+
+
+def _in_root(root: Path, *argv: str, input: str | None = None) -> None:
+    """Run one of the node's own programs chrooted into its (not yet booted) root."""
+    proc = subprocess.run(["chroot", str(root), *argv], capture_output=True, text=True, input=input)
+    if proc.returncode != 0:
+        raise RigError(f"{' '.join(argv[:1])} in {root}: {proc.stderr.strip()}")
+
+
+def _ids(root: Path, user: str) -> tuple[int, int] | None:
+    """``(uid, gid)`` of ``user`` in the node's own ``/etc/passwd``, or None."""
+    for line in (root / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == user and len(fields) > 3:
+            return int(fields[2]), int(fields[3])
+    return None
+
+
+def add_login_users(root: Path, client_pubkey: str) -> None:
+    """The node's sudo login users, both logging in with the rig's key (idempotent).
+
+    :data:`SUDO_USER` is in group ``sudo`` and becomes root without a password (a file in ``/etc/sudoers.d``), as
+    the default user of a cloud image does; :data:`PASSWORD_SUDO_USER` is in group ``sudo`` and must give
+    :data:`SUDO_PASSWORD` (Debian's ``%sudo ALL=(ALL:ALL) ALL``). Made with the node's own ``useradd`` and
+    ``chpasswd`` (chrooted), so the accounts are what Debian makes; neither can log in with a password over SSH.
+    """
+    for user, password in ((SUDO_USER, None), (PASSWORD_SUDO_USER, SUDO_PASSWORD)):
+        if _ids(root, user) is None:
+            # "*": no password, but not locked either (a locked account may be refused key logins too).
+            _in_root(root, "useradd", "--create-home", "--shell", "/bin/bash", "--groups", "sudo",
+                     "--password", "*", user)
+        if password is not None:
+            _in_root(root, "chpasswd", input=f"{user}:{password}\n")
+        ids = _ids(root, user)
+        if ids is None:
+            raise RigError(f"useradd made no user {user} in {root}")
+        ssh_dir = root / "home" / user / ".ssh"
+        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        keys = ssh_dir / "authorized_keys"
+        keys.write_text(client_pubkey + "\n")
+        keys.chmod(0o600)
+        for path in (ssh_dir, keys):
+            os.chown(path, *ids)
+    sudoers = root / SUDOERS_FILE
+    sudoers.write_text(SUDOERS)
+    sudoers.chmod(0o440)
+
 
 def write_node_files(layout: NodeLayout, node: RigNode, client_pubkey: str) -> None:
-    """Write the node's identity, address, keys and simulated hardware into its mounted root (before boot)."""
+    """Write the node's identity, address, keys, sudo login users and simulated hardware into its mounted root
+    (before boot)."""
     root = layout.root
     (root / "etc/hostname").write_text(node.name + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{node.name}\n")
@@ -156,6 +216,7 @@ def write_node_files(layout: NodeLayout, node: RigNode, client_pubkey: str) -> N
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(client_pubkey + "\n")
     (ssh_dir / "authorized_keys").chmod(0o600)
+    add_login_users(root, client_pubkey)
     write_hardware(root, node)
 
 

@@ -130,13 +130,14 @@ class Ssh:
     rig: Rig
 
     def __call__(self, node: RigNode, command: str, key: Path | None = None,
-                 known_hosts: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """Run ``command`` on ``node`` as root; never raises on a failing command."""
+                 known_hosts: Path | None = None, user: str = "root",
+                 input: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on ``node`` as ``user`` (root unless told); never raises on a failing command."""
         argv = ["ssh", "-F", "/dev/null", "-i", str(key or self.rig.paths.client_key),
                 "-o", f"UserKnownHostsFile={known_hosts or self.rig.paths.known_hosts}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-                "-o", "ConnectTimeout=10", f"root@{node.ssh_address}", command]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S)
+                "-o", "ConnectTimeout=10", f"{user}@{node.ssh_address}", command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S, input=input)
 
 
 @pytest.fixture

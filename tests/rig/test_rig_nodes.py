@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gpu_provision_rig.cli import main as cli_main
+from gpu_provision_rig.config import PASSWORD_SUDO_USER, SUDO_PASSWORD, SUDO_USER
 from gpu_provision_rig.hardware import gpu_uuid
 from gpu_provision_rig.node import leader_pid
 
@@ -19,6 +20,22 @@ def test_ssh_with_strict_host_key_checking(rig_nodes, ssh):
         result = ssh(node, "hostname; id -u")
         assert result.returncode == 0, result.stderr
         assert result.stdout.split() == [node.name, "0"]
+
+
+def test_sudo_login_users(rig_nodes, ssh):
+    node = rig_nodes[0]
+    # The passwordless sudo user: the rig's key, then root without a prompt.
+    ops = ssh(node, "id -un; sudo -n id -u", user=SUDO_USER)
+    assert ops.stdout.split() == [SUDO_USER, "0"], ops.stderr
+    # The other one: sudo refuses without the password, accepts it on stdin, refuses a wrong one.
+    no_password = ssh(node, "sudo -n id -u", user=PASSWORD_SUDO_USER)
+    assert no_password.returncode != 0 and "password is required" in no_password.stderr
+    given = ssh(node, "sudo -S -p '' id -u", user=PASSWORD_SUDO_USER, input=SUDO_PASSWORD + "\n")
+    assert given.stdout.split() == ["0"], given.stderr
+    wrong = ssh(node, "sudo -S -p '' id -u", user=PASSWORD_SUDO_USER, input="wrong\nwrong\nwrong\n")
+    assert wrong.returncode != 0 and wrong.stdout == ""
+    # Neither logs in with a password over SSH.
+    assert "passwordauthentication no" in ssh(node, "sshd -T").stdout.splitlines()
 
 
 def test_known_hosts_names_nodes_by_loopback_address(rig, rig_nodes):
