@@ -3,11 +3,13 @@
 Everything that runs on a node lives in :mod:`gpu_provision.node` (Python 3.9+, standard library only). It reaches
 a node two ways, both built here from the same files:
 
-* :func:`build` packs the whole package (the vendored ``pynvml`` and its licence included) into one zip
-  application installed at :data:`BUNDLE_PATH` and run as ``python3 BUNDLE ENTRY ARGS`` (entries ``probe``,
-  ``verify``, ``mig-apply``; see :mod:`gpu_provision.node.__main__`). The MIG stage, its boot unit and the verify
-  stage all use that one file. The archive is byte-for-byte reproducible (fixed timestamps, sorted entries), so a
-  content comparison uploads it again only when the node code changed.
+* :func:`build` packs the whole package into one zip application installed at :data:`BUNDLE_PATH` and run as
+  ``python3 BUNDLE ENTRY ARGS`` (entries ``probe``, ``verify``, ``mig-apply``; see
+  :mod:`gpu_provision.node.__main__`). Beside the package it carries NVIDIA's ``pynvml`` taken from the
+  ``nvidia-ml-py`` distribution installed with the product (:func:`bundled_files`), with that distribution's
+  licence text: nodes need no pip install, and the tree keeps no copy of it. The MIG stage, its boot unit and the
+  verify stage all use that one file. The archive is byte-for-byte reproducible (fixed timestamps, sorted entries),
+  so a content comparison uploads it again only when the node code or the installed ``nvidia-ml-py`` changed.
 * :func:`probe_command` carries only the modules the ``probe`` entry imports, base64 in a ``python3 -c`` loader
   that imports them from memory: reading a node's state stays one SSH command with no upload, which drift relies on.
   That full form also keeps the modules on the node under :data:`PROBE_CACHE`, by the digest of their archive
@@ -27,7 +29,10 @@ import os
 import shlex
 import zipfile
 from functools import cache
+from importlib import metadata
 from pathlib import Path
+
+from gpu_provision.errors import GpuProvisionError
 
 #: Where the node package sits inside the archives (a name of its own: it never shadows an installed gpu_provision).
 PACKAGE = "gpu_provision_node"
@@ -42,6 +47,9 @@ PROBE_CACHE = "/var/cache/gpu-provision/probe"
 CACHE_MISS = {"gpu-provision-probe-cache": "miss"}
 
 SOURCE = Path(__file__).resolve().parent / "node"
+#: Third-party modules the bundle carries at its root (top-level modules, so the node code imports them by their
+#: own name, from the installed distribution in a checkout and from the bundle on a node): module -> distribution.
+BUNDLED = {"pynvml": "nvidia-ml-py"}
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAIN = f"import sys\nfrom {PACKAGE}.__main__ import main\nsys.exit(main())\n"
 
@@ -96,6 +104,51 @@ def node_files() -> list[tuple[str, bytes]]:
     return found
 
 
+def _licence_text(dist: metadata.Distribution, source: bytes) -> bytes:
+    """The distribution's licence files, or where it ships none (nvidia-ml-py's wheels carry none) the licence
+    notice that opens its module: the leading ``#`` comment block."""
+    texts = []
+    for name in dist.metadata.get_all("License-File") or []:
+        for candidate in (f"licenses/{name}", name):
+            located = next((f for f in dist.files or [] if f.as_posix().endswith(f".dist-info/{candidate}")), None)
+            if located is not None:
+                texts.append(Path(str(dist.locate_file(located))).read_text())
+                break
+    if not texts:
+        lines = []
+        for line in source.decode().splitlines():
+            if not line.startswith("#"):
+                break
+            lines.append(line.lstrip("#").removeprefix(" "))
+        texts.append("\n".join(lines).strip("\n") + "\n")
+    meta = dist.metadata
+    head = (f"{meta['Name']} {dist.version} ({meta['Author'] or 'its authors'}), "
+            f"licence: {meta['License'] or 'see below'}. Shipped unchanged in this bundle.\n\n")
+    return (head + "\n".join(texts)).encode()
+
+
+@cache
+def bundled_files() -> list[tuple[str, bytes]]:
+    """Each module of :data:`BUNDLED` read from its installed distribution, and that distribution's licence.
+
+    Read at build time through ``importlib.metadata`` (the distribution's own file list, so a same-named module
+    from another distribution is never taken); a missing distribution is one error naming it.
+    """
+    found = []
+    for module, distribution in sorted(BUNDLED.items()):
+        try:
+            dist = metadata.distribution(distribution)
+        except metadata.PackageNotFoundError:
+            raise GpuProvisionError(f"the node bundle carries {module} from the {distribution} distribution, which "
+                                    f"is not installed: pip install {distribution}") from None
+        located = next((f for f in dist.files or [] if f.as_posix() == f"{module}.py"), None)
+        if located is None:
+            raise GpuProvisionError(f"the installed {distribution} {dist.version} has no {module}.py")
+        source = Path(str(dist.locate_file(located))).read_bytes()
+        found += [(f"{module}.py", source), (f"LICENSE.{distribution}", _licence_text(dist, source))]
+    return sorted(found)
+
+
 def _zip(entries: list[tuple[str, bytes]], prefix: bytes = b"") -> bytes:
     buffer = io.BytesIO()
     buffer.write(prefix)
@@ -112,10 +165,11 @@ def _zip(entries: list[tuple[str, bytes]], prefix: bytes = b"") -> bytes:
 def build() -> bytes:
     """The node package as a reproducible zip application: ``python3 gpu-provision-node.pyz ENTRY ARGS``.
 
-    Built once per process: every host of a run gets the same bytes.
+    Built once per process: every host of a run gets the same bytes. Entries: ``__main__.py``, then sorted by
+    name, the bundled third-party modules with their licences and the node package.
     """
     entries = [("__main__.py", _MAIN.encode())]
-    entries += [(f"{PACKAGE}/{name}", data) for name, data in node_files()]
+    entries += sorted(bundled_files() + [(f"{PACKAGE}/{name}", data) for name, data in node_files()])
     return _zip(entries, prefix=b"#!/usr/bin/env python3\n")
 
 

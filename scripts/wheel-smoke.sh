@@ -29,6 +29,18 @@ echo "$wheel"
 step "install into a fresh virtualenv"
 "$venv/python" -m pip install -q "$wheel"
 
+step "the node bundle carries pynvml from the installed nvidia-ml-py, with its licence"
+(cd "$work" && "$venv/python" - <<'PY'
+import io, zipfile
+from importlib import metadata
+from gpu_provision import bundle
+names = zipfile.ZipFile(io.BytesIO(bundle.build())).namelist()
+assert "pynvml.py" in names and "LICENSE.nvidia-ml-py" in names, names[:5]
+assert not [n for n in names if "vendor" in n], "a tree copy of pynvml is in the bundle"
+print("pynvml from nvidia-ml-py", metadata.version("nvidia-ml-py"))
+PY
+)
+
 mkdir "$work/run"
 cd "$work/run"
 step "gpu-provision init site"

@@ -6,7 +6,7 @@
 * ``mig-apply plan|apply|vgpu|boot ...``: the MIG layout and vGPU applier (the boot unit runs ``mig-apply boot``);
 * ``diagnose --out FILE [--request JSON]``: a support bundle of the node (``tar.gz``), secrets hidden.
 
-Each entry's module is imported only when that entry runs, so the probe never loads the agent's vendored pynvml.
+Each entry's module is imported only when that entry runs, so the probe never loads the agent's pynvml.
 """
 
 import importlib

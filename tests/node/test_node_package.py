@@ -1,5 +1,6 @@
-"""The node package and its bundles: Python 3.9 syntax and standard-library imports only, one reproducible zip
-application whose entry points run on Python 3.9, and a probe command that stays one argument with no upload."""
+"""The node package and its bundles: Python 3.9 syntax and standard-library imports only (plus the modules the
+bundle carries from installed distributions), one reproducible zip application whose entry points run on Python 3.9,
+and a probe command that stays one argument with no upload."""
 
 from __future__ import annotations
 
@@ -12,16 +13,19 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
-import pynvml
 import pytest
 
 from gpu_provision import bundle
+from gpu_provision.errors import GpuProvisionError
 from gpu_provision.node import __main__ as entries
 from gpu_provision.node import probe
 
 NODE = Path(bundle.__file__).resolve().parent / "node"
+#: What node-side code may import: the standard library and the modules the bundle carries (pynvml).
+ALLOWED_IMPORTS = set(sys.stdlib_module_names) | set(bundle.BUNDLED)
 PY39_CANDIDATES = ("/root/.pyenv/versions/3.9.18/bin/python", shutil.which("python3.9"))
 #: Linux's limit on one command-line argument (MAX_ARG_STRLEN).
 ARG_LIMIT = 128 * 1024
@@ -58,8 +62,9 @@ def test_parses_as_python_39_and_imports_only_the_standard_library(path: Path) -
             names = [node.module or ""]
         else:
             continue
-        foreign += [n for n in names if n.startswith(".") or n.split(".")[0] not in sys.stdlib_module_names]
+        foreign += [n for n in names if n.startswith(".") or n.split(".")[0] not in ALLOWED_IMPORTS]
     assert foreign == [], f"{path.relative_to(NODE)} imports {foreign}: node-side code is standard library only"
+
 
 
 def test_every_probe_section_is_listed() -> None:
@@ -77,19 +82,38 @@ def test_contents() -> None:
     names = zipfile.ZipFile(io.BytesIO(bundle.build())).namelist()
     assert names[0] == "__main__.py" and names[1:] == sorted(names[1:])
     package = bundle.PACKAGE
-    for module in ("main", "checks", "cuda", "nvsmi", "readings", "report", "runtime", "nvml", "vendor/pynvml"):
+    for module in ("main", "checks", "cuda", "nvsmi", "readings", "report", "runtime", "nvml"):
         assert f"{package}/verify/{module}.py" in names
     for module in ("__main__", "catalog", "probe/__init__", "probe/mig", "mig/apply", "mig/layout", "mig/vgpu"):
         assert f"{package}/{module}.py" in names
-    assert f"{package}/verify/vendor/LICENSE.pynvml" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    assert sorted(n[len(package) + 1:] for n in names[1:]) == [name for name, _ in bundle.node_files()]
+    assert [n for n in names[1:] if not n.startswith(package + "/")] == ["LICENSE.nvidia-ml-py", "pynvml.py"]
+    assert sorted(n[len(package) + 1:] for n in names if n.startswith(package + "/")) == [
+        name for name, _ in bundle.node_files()]
 
 
-def test_vendored_pynvml_is_the_wheels_file() -> None:
-    shipped = zipfile.ZipFile(io.BytesIO(bundle.build())).read(f"{bundle.PACKAGE}/verify/vendor/pynvml.py")
-    assert shipped == Path(pynvml.__file__).read_bytes()
-    assert shipped.startswith(b"#####\n# Copyright (c) 2011-2025, NVIDIA Corporation.")
+def test_pynvml_comes_from_the_installed_nvidia_ml_py_with_its_licence() -> None:
+    """The bundle's pynvml is the installed nvidia-ml-py's file, byte for byte; the tree keeps no copy."""
+    dist = metadata.distribution("nvidia-ml-py")
+    record = next(f for f in dist.files or [] if f.as_posix() == "pynvml.py")
+    archive = zipfile.ZipFile(io.BytesIO(bundle.build()))
+    assert archive.read("pynvml.py") == Path(str(dist.locate_file(record))).read_bytes()
+    licence = archive.read("LICENSE.nvidia-ml-py").decode()
+    assert licence.startswith(f"nvidia-ml-py {dist.version} (NVIDIA Corporation), licence: BSD.")
+    assert "Copyright (c) 2011-" in licence and "Redistribution and use in source and binary forms" in licence
+    assert "THE POSSIBILITY OF SUCH DAMAGE." in licence and "import" not in licence
+    assert not [p for p in NODE.rglob("*") if "pynvml" in p.name.lower() and "__pycache__" not in p.parts]
+
+
+def test_a_missing_bundled_distribution_is_one_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bundle, "BUNDLED", {"nosuchmodule": "no-such-distribution"})
+    bundle.bundled_files.cache_clear()
+    try:
+        with pytest.raises(GpuProvisionError, match="nosuchmodule from the no-such-distribution distribution, which "
+                                                    "is not installed: pip install no-such-distribution"):
+            bundle.bundled_files()
+    finally:
+        bundle.bundled_files.cache_clear()
 
 
 def test_agent_runs_from_the_zip_with_isolated_python(tmp_path: Path) -> None:
@@ -138,6 +162,18 @@ def test_bundle_runs_on_python_39(tmp_path: Path) -> None:
                             timeout=120, cwd=tmp_path)
     assert probed.returncode == 0, probed.stderr
     assert json.loads(probed.stdout)["system"]["python"].startswith("3.9.")
+    # The agent's NVML session, as it starts on a node: pynvml from the bundle (never from site-packages), on 3.9.
+    script = tmp_path / "nvml39.py"
+    script.write_text("import sys, json\nsys.path.insert(0, sys.argv[1])\n"
+                      f"from {bundle.PACKAGE}.verify import nvml\n"
+                      "session, why = nvml.Nvml.open()\n"
+                      "print(json.dumps([nvml.pynvml.__file__, session is not None, why]))\n")
+    opened = run(str(script), agent)
+    assert opened.returncode == 0, opened.stderr
+    origin, opened_session, why = json.loads(opened.stdout)
+    assert origin == f"{agent}/pynvml.py"
+    # Without an NVIDIA driver here, pynvml's own error for the missing library; with one, a session.
+    assert opened_session or why == "NVML not available: NVML Shared Library Not Found", why
 
 
 def test_probe_command_is_one_argument_without_the_agent() -> None:

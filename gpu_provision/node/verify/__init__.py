@@ -1,4 +1,5 @@
-"""Node-side verification agent: standard library only (Python 3.9 to 3.12), plus the vendored ``pynvml``.
+"""Node-side verification agent: standard library only (Python 3.9 to 3.12), plus NVIDIA's ``pynvml``, which the
+bundle carries.
 
 The controller ships this package to each node as one zip application and runs it with an expectations file;
 it prints one JSON report (schema ``verify-report.v1``). Modules: ``nvsmi`` parses nvidia-smi, ``readings``

@@ -1,4 +1,8 @@
-"""The few NVML reads the XML report lacks, through the ``pynvml`` module shipped in ``vendor/``.
+"""The few NVML reads the XML report lacks, through NVIDIA's ``pynvml``.
+
+``pynvml`` is the one module here outside the standard library: the node bundle carries it at its root, taken from
+the ``nvidia-ml-py`` distribution installed with the product (``gpu_provision.bundle.BUNDLED``); in a checkout the
+same installed module is imported.
 
 Each function returns ``(value, None)`` or ``(None, reason)`` so a missing ``libnvidia-ml.so.1`` turns into a
 skipped sub-check with its reason rather than an exception.
@@ -8,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .vendor import pynvml
+import pynvml
 
 # nvmlGpuP2PCapsIndex_t values; pynvml's NVML_P2P_CAPS_INDEX_READ is accidentally the tuple (0,).
 P2P_READ, P2P_WRITE = 0, 1

@@ -1,1 +1,0 @@
-"""Third-party modules shipped unchanged with the verification agent (see README.md)."""
