@@ -33,6 +33,7 @@ from gpu_provision.spec.model import (
     Node,
     Packages,
     Permissions,
+    PodDeletion,
     Repository,
     Rollout,
     Sharing,
@@ -192,8 +193,9 @@ def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
 
 
 def _rollout(raw: dict[str, Any]) -> Rollout:
-    settings = {k: v for k, v in raw.items() if k not in ("wait_for_jobs", "drain")}
+    settings = {k: v for k, v in raw.items() if k not in ("wait_for_jobs", "pod_deletion", "drain")}
     return Rollout(**settings, wait_for_jobs=WaitForJobs(**(raw.get("wait_for_jobs") or {})),
+                   pod_deletion=PodDeletion(**(raw.get("pod_deletion") or {})),
                    drain=Drain(**(raw.get("drain") or {})))
 
 

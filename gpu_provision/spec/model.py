@@ -131,10 +131,22 @@ class WaitForJobs:
 
 
 @dataclass(frozen=True)
-class Drain:
-    """Draining a node whose GPU jobs did not finish in time."""
+class PodDeletion:
+    """Evicting a cordoned node's remaining GPU pods: how long, and whether bare and emptyDir pods may go."""
 
+    timeout: int = default("cluster.rollout.pod_deletion.timeout")
+    force: bool = default("cluster.rollout.pod_deletion.force")
+    delete_empty_dir: bool = default("cluster.rollout.pod_deletion.delete_empty_dir")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """Draining a node whose GPU pods could not be evicted: whether, how long, and which pods may go."""
+
+    enable: bool = default("cluster.rollout.drain.enable")
     timeout: int = default("cluster.rollout.drain.timeout")
+    force: bool = default("cluster.rollout.drain.force")
+    delete_empty_dir: bool = default("cluster.rollout.drain.delete_empty_dir")
 
 
 @dataclass(frozen=True)
@@ -145,7 +157,10 @@ class Rollout:
     #: A node count (``2``) or a percentage of a node group (``"25%"``).
     max_unavailable: int | str = default("cluster.rollout.max_unavailable")
     wait_for_jobs: WaitForJobs = field(default_factory=WaitForJobs)
+    pod_deletion: PodDeletion = field(default_factory=PodDeletion)
     drain: Drain = field(default_factory=Drain)
+    #: Nodes outside Kubernetes: ``refuse``, ``wait`` or ``stop`` running GPU containers.
+    gpu_containers: Literal["refuse", "wait", "stop"] = default("cluster.rollout.gpu_containers")
 
 
 @dataclass(frozen=True)

@@ -404,11 +404,36 @@ _rollout = _obj(
                                    "that requests an nvidia.com GPU resource."),
             },
         ),
-        "drain": _obj(
-            "Draining a node whose GPU jobs did not finish in time.",
-            {"timeout": _i("Seconds the drain may take before the node fails its rollout.", minimum=1,
-                           maximum=604800, default=300)},
+        "pod_deletion": _obj(
+            "Evicting the GPU pods still on a cordoned node once the wait for jobs is over, through the Eviction "
+            "API so that PodDisruptionBudgets are respected (the GPU Operator's gpuPodDeletion).",
+            {
+                "timeout": _i("Seconds the GPU pods may take to go before the node is drained (drain.enable) "
+                              "or fails its rollout.", minimum=1, maximum=604800, default=300),
+                "force": _b("Also evict GPU pods that no controller manages (bare pods, not recreated "
+                            "elsewhere), as kubectl drain --force.", default=False),
+                "delete_empty_dir": _b("Also evict GPU pods with emptyDir volumes, whose data is lost, as kubectl "
+                                       "drain --delete-emptydir-data.", default=False),
+            },
         ),
+        "drain": _obj(
+            "Draining a node (every pod but DaemonSet pods, through the Eviction API) when its GPU pods could "
+            "not be evicted.",
+            {
+                "enable": _b("Drain the node when pod deletion did not empty it of GPU pods; off, such a node "
+                             "fails its rollout.", default=False),
+                "timeout": _i("Seconds the drain may take before the node fails its rollout.", minimum=1,
+                              maximum=604800, default=300),
+                "force": _b("Also evict pods that no controller manages.", default=False),
+                "delete_empty_dir": _b("Also evict pods with emptyDir volumes, whose data is lost.",
+                                       default=False),
+            },
+        ),
+        "gpu_containers": _e(
+            "On nodes outside Kubernetes: what the rollout does with running containers that hold a GPU (found "
+            "through docker or ctr: a GPU device request, the nvidia runtime, or NVIDIA_VISIBLE_DEVICES): "
+            "refuse fails the node, wait waits for them up to wait_for_jobs.timeout, stop stops them.",
+            ["refuse", "wait", "stop"], default="refuse"),
     },
 )
 
