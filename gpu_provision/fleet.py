@@ -208,8 +208,8 @@ def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: Flee
     host in parallel, disconnect, and return each host's :class:`HostResult`.
 
     ``connect_timeout_of`` gives a host's own connect timeout, used when ``settings`` gives none.
-    ``progress``, when given, hears after every host how many are done, failed (unreached, or ``failed`` of its
-    value) and in the run, so a long run can show where it is.
+    ``progress``, when given, hears once before the first host (0 done, 0 failed) and after every host how many
+    are done, failed (unreached, or ``failed`` of its value) and in the run, so a long run can show where it is.
     An exception raised by ``work`` is raised here once every host has finished.
     """
     settings = settings or FleetSettings()
@@ -224,6 +224,7 @@ def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: Flee
     config = Config(CONNECT_TIMEOUT=connect_timeout, PARALLEL=settings.parallel, FAIL_PERCENT=None)
     state = State(inventory, config, check_for_changes=False)
     tally = _Tally(len(hosts), progress, failed)
+    tally.begin()
     try:
         with _remembered_host_keys():
             greenlets = [state.pool.spawn(tally.counted, _run_host, state, host, work) for host in hosts]
@@ -291,6 +292,11 @@ class _Tally:
     def __init__(self, total: int, progress: Progress | None, failed: Callable[[Any], bool]):
         self.total, self.progress, self.failed = total, progress, failed
         self.done = self.bad = 0
+
+    def begin(self) -> None:
+        """Tell the callback the run's size before any host finishes."""
+        if self.progress is not None:
+            self.progress(0, 0, self.total)
 
     def counted(self, run_host: Callable[..., HostResult[Any]], *args: Any) -> HostResult[Any]:
         """``run_host(*args)``, counted once it returns."""

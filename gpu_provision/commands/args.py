@@ -152,16 +152,28 @@ def say(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def progress(stream: Any = None) -> Callable[[int, int, int], None] | None:
-    """A fleet progress line (``3 done, 1 failed, 4 remaining``) rewritten in place on standard error, or None
-    when standard error is not a terminal (logs and pipes get the result only)."""
+def progress(stream: Any = None, clock: Callable[[], float] | None = None) -> Callable[[int, int, int], None]:
+    """Live counts for long fleet work, on standard error (never standard output, so ``--json`` stays clean).
+
+    On a terminal one line (``3 done, 1 failed, 4 remaining``) is rewritten in place as hosts finish; everywhere
+    (terminal, log file, pipe) the run ends with one summary line: ``8 nodes: 7 done, 1 failed (12.3 s)``.
+    A log therefore gets the summary only, not a line per host.
+    """
+    import time
+
     out = stream or sys.stderr
-    if not out.isatty():
-        return None
+    live = bool(getattr(out, "isatty", lambda: False)())
+    now = clock or time.monotonic
+    started = now()
 
     def show(done: int, failed: int, total: int) -> None:
-        end = "\n" if done + failed >= total else ""
-        out.write(f"\r{done} done, {failed} failed, {total - done - failed} remaining\033[K{end}")
+        finished = done + failed >= total
+        if live and not finished:
+            out.write(f"\r{done} done, {failed} failed, {total - done - failed} remaining\033[K")
+        elif finished:
+            summary = (f"{total} node{'s' if total != 1 else ''}: {done} done, {failed} failed "
+                       f"({now() - started:.1f} s)")
+            out.write(f"\r{summary}\033[K\n" if live else summary + "\n")
         out.flush()
 
     return show

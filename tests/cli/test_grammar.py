@@ -200,7 +200,7 @@ def test_no_two_models_share_a_spelling():
     assert catalog.model("H100 80GB HBM3").key == catalog.model("h100-80gb").key == "H100-80GB"
 
 
-def test_progress_is_one_line_rewritten_on_a_terminal_and_nothing_elsewhere():
+def test_progress_is_one_line_rewritten_on_a_terminal_and_a_summary_line_everywhere():
     import io
 
     from gpu_provision.commands.args import progress
@@ -209,15 +209,19 @@ def test_progress_is_one_line_rewritten_on_a_terminal_and_nothing_elsewhere():
         def isatty(self) -> bool:
             return True
 
-    assert progress(io.StringIO()) is None
+    ticks = iter([100.0, 112.34])
+    log = io.StringIO()
+    show = progress(log, clock=lambda: next(ticks))
+    for counts in ((0, 0, 3), (1, 0, 3), (1, 1, 3), (2, 1, 3)):
+        show(*counts)
+    assert log.getvalue() == "3 nodes: 2 done, 1 failed (12.3 s)\n"
+    ticks = iter([0.0, 4.0])
     screen = Terminal()
-    show = progress(screen)
-    assert show is not None
-    show(1, 0, 3)
-    show(1, 1, 3)
-    show(2, 1, 3)
-    assert screen.getvalue() == ("\r1 done, 0 failed, 2 remaining\033[K\r1 done, 1 failed, 1 remaining\033[K"
-                                 "\r2 done, 1 failed, 0 remaining\033[K\n")
+    show = progress(screen, clock=lambda: next(ticks))
+    for counts in ((0, 0, 3), (1, 0, 3), (1, 1, 3), (2, 1, 3)):
+        show(*counts)
+    assert screen.getvalue() == ("\r0 done, 0 failed, 3 remaining\033[K\r1 done, 0 failed, 2 remaining\033[K"
+                                 "\r1 done, 1 failed, 1 remaining\033[K\r3 nodes: 2 done, 1 failed (4.0 s)\033[K\n")
 
 
 def test_a_bad_cluster_file_given_to_a_fleet_command_is_reported_as_validate_reports_it(capsys, tmp_path):
