@@ -16,6 +16,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shlex
 import tarfile
 import time
@@ -67,7 +68,18 @@ def node_request(expect: Any, bug_report: bool) -> dict[str, Any]:
 
 
 def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None) -> str:
-    """Run the node entry on one reached host, fetch its archive and complete it; returns the archive's path."""
+    """Run the node entry on one reached host, fetch its archive and complete it; returns the archive's path
+    (``OUT/<node>.tar.gz``, see :func:`bundle_name`). A collection that fails leaves no partial archive behind."""
+    partial = os.path.join(out, f".{safe_name(reached.host.name)}.partial.tar.gz")
+    try:
+        return _collect(reached, partial, bug_report, timeout)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) -> str:
+    """:func:`collect_host`'s work, the archive fetched to ``local`` and then given the node's name."""
     from pyinfra.api import StringCommand
     from pyinfra.context import ctx_host, ctx_state
 
@@ -76,7 +88,6 @@ def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None
 
     host, expect = reached.host, expectations_of(reached.host)
     sudo = {"_sudo": True} if host.data.get("_sudo") else {}
-    local = os.path.join(out, f"{host.name}.tar.gz")
     with ctx_state.use(reached.state), ctx_host.use(host):
         ok, made = host.run_shell_command(StringCommand("mktemp -d /tmp/gpu-provision-diagnose.XXXXXX"), **sudo)
         if not ok or not made.stdout_lines:
@@ -99,7 +110,36 @@ def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None
         with open(report, encoding="utf-8") as handle:
             extras["controller/verify-report.json"] = json.load(handle)
     add_to_archive(local, extras)
-    return local
+    named = os.path.join(os.path.dirname(local), f"{bundle_name(host.name, local)}.tar.gz")
+    os.replace(local, named)
+    return named
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a file name: characters other than letters, digits, ``.``, ``_`` and ``-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "node"
+
+
+def bundle_name(host_name: str, archive: str) -> str:
+    """The bundle's file name (without ``.tar.gz``): the node's name.
+
+    An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its bundle
+    takes the node's name from ``GPU_PROVISION_NODE`` when set, else the host name the node reported in the
+    archive's manifest, so a bundle collected on a node itself reads ``gpu-01.tar.gz`` rather than ``@local.tar.gz``.
+    """
+    from gpu_provision.inventory import NODE_ENV
+
+    if not host_name.startswith("@"):
+        return safe_name(host_name)
+    name = os.environ.get(NODE_ENV, "")
+    if not name:
+        with tarfile.open(archive, "r:gz") as bundle:
+            try:
+                member = bundle.extractfile("manifest.json")
+            except KeyError:
+                member = None
+            name = str(json.load(member).get("node") or "") if member else ""
+    return safe_name(name or host_name)
 
 
 def drift_of(reached: Any) -> dict[str, Any]:

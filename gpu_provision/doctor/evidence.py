@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from gpu_provision.node.driver_version import PROC_VERSION, module_version
+
 #: The name the controller gives the cluster file's expectations inside a bundle.
 EXPECTATIONS = "expectations.json"
 
@@ -103,9 +105,7 @@ class Evidence:
 
     def module_version(self) -> str | None:
         """The loaded kernel module's version, from ``/proc/driver/nvidia/version``."""
-        match = re.search(r"Kernel Module(?: for [\w-]+)?\s+(\d+\.\d+(?:\.\d+)?)",
-                          self.node_file("/proc/driver/nvidia/version") or "")
-        return match.group(1) if match else None
+        return module_version(self.node_file(PROC_VERSION))
 
     def library_versions(self) -> dict[str, str]:
         """Installed userspace NVML library path -> its version (from ``libnvidia-ml.so.<version>``)."""

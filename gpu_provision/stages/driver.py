@@ -6,13 +6,12 @@ Package names per OS family come from ``gpu_provision/data/packages.json`` with 
 
 from __future__ import annotations
 
-import re
-
 from pyinfra import host
 from pyinfra.api import deploy
 
 from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want
 from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.node.driver_version import module_version
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
@@ -33,7 +32,6 @@ NVSWITCH_MODELS = ("H100-80GB", "H200", "B200")
 INITRAMFS = {"ubuntu": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
              "debian": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
              "rhel": "if command -v dracut >/dev/null; then dracut -f; fi"}
-_LOADED_VERSION = re.compile(r"\s(\d+\.\d+(?:\.\d+)?)\s")
 
 
 def modules(node: Node) -> str:
@@ -208,9 +206,7 @@ def request(node: Node, cluster: Cluster) -> Request:
 
 def loaded_version(state: NodeStateData) -> str | None:
     """The version of the loaded kernel module (``/proc/driver/nvidia/version``), None when none is loaded."""
-    line = state.section("gpu").get("driver_version_line") or ""
-    match = _LOADED_VERSION.search(line)
-    return match.group(1) if match else None
+    return module_version(state.section("gpu").get("driver_version_line"))
 
 
 def installed_version(node: Node, state: NodeStateData) -> str | None:

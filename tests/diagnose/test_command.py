@@ -11,7 +11,7 @@ from pathlib import Path
 
 from diagnose_samples import EXPECT
 
-from gpu_provision.commands.diagnose import add_to_archive, node_request
+from gpu_provision.commands.diagnose import add_to_archive, bundle_name, node_request, safe_name
 from gpu_provision.doctor import RULES, Fault, FleetDiagnosis, NodeDiagnosis, from_archive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,9 @@ def test_local_host_gives_a_bundle_and_a_summary(tmp_path):
                     cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr
     [node] = json.loads(proc.stdout)["nodes"]
-    assert node["error"] is None and node["bundle"] == str(tmp_path / "out" / "@local.tar.gz")
+    # The bundle is named after the node (its host name here), not after the connector.
+    assert node["error"] is None and node["bundle"] == str(tmp_path / "out" / f"{safe_name(socket.gethostname())}.tar.gz")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([Path(node["bundle"]).name, "summary.json"])
     with tarfile.open(node["bundle"]) as archive:
         names = set(archive.getnames())
     assert {"manifest.json", "probe.json", "kernel/nvidia.log", "expectations.json", "controller/drift.json"} <= names
@@ -59,6 +61,25 @@ def test_node_request_and_controller_documents(tmp_path):
         archive.add(manifest, arcname="manifest.json")
     add_to_archive(str(path), {"expectations.json": EXPECT.to_json()})
     assert from_archive(str(path)).expect == EXPECT
+
+
+def test_bundle_is_named_after_the_node(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPU_PROVISION_NODE", raising=False)
+    path = tmp_path / "b.tar.gz"
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"version": 1, "node": "gpu-07"}))
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(manifest, arcname="manifest.json")
+    assert bundle_name("gpu-01", str(path)) == "gpu-01"  # an inventory host is its node
+    assert bundle_name("@local", str(path)) == "gpu-07"  # the host name the node reported
+    monkeypatch.setenv("GPU_PROVISION_NODE", "gpu-03")
+    assert bundle_name("@local", str(path)) == "gpu-03"  # the node the user named
+    monkeypatch.setenv("GPU_PROVISION_NODE", "../x y")
+    assert bundle_name("@local", str(path)) == "_x_y"  # never a path
+    with tarfile.open(path, "w:gz"):
+        pass
+    monkeypatch.delenv("GPU_PROVISION_NODE")
+    assert bundle_name("@ssh/odd:name", str(path)) == "_ssh_odd_name"  # no manifest: the host name, made safe
 
 
 def test_summary_and_exit_status():

@@ -11,6 +11,7 @@ import re
 from dataclasses import asdict
 from typing import Any
 
+from ..driver_version import module_version
 from ..mig.model import GpuLayout, Placement
 from .nvsmi import device_count, parse_list
 from .report import Check, failed, judge, passed, skipped
@@ -35,10 +36,7 @@ def driver_checks(proc_version: str | None, smi_driver: str | None, expect: dict
     else:
         first = proc_version.strip().splitlines()[0] if proc_version.strip() else ""
         checks.append(passed("node.driver.loaded", first, "/proc/driver/nvidia/version present"))
-    loaded = None
-    if proc_version:
-        match = re.search(r"Kernel Module(?: for [\w-]+)?\s+(\d+\.\d+(?:\.\d+)?)", proc_version)
-        loaded = match.group(1) if match else None
+    loaded = module_version(proc_version)
     actual = smi_driver or loaded
     pinned = (expect.get("driver") or {}).get("version")
     if not pinned:
