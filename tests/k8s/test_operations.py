@@ -125,6 +125,12 @@ def test_join_is_guarded_by_kubelet_conf(example: Cluster) -> None:
     assert run_op(membership.join, host, cluster=example, node=example.node("cp-01"), control_plane="cp-01") == []
 
 
+@pytest.fixture(autouse=True)
+def _no_pyinfra_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake state has no operations to take connector arguments from (tests/k8s/test_join_connector.py)."""
+    monkeypatch.setattr(membership, "connector_arguments", lambda state, target, running: {})
+
+
 def _join(example: Cluster, node_name: str, replies: dict[str, Any], worker_ok: bool = True):
     control = FakeHost({}, name="cp-01", replies=replies)
     worker = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.12"]}}, name=node_name,

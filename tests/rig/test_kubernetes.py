@@ -4,7 +4,8 @@ Three Debian 12 nodes: two control planes and a worker with two simulated H200s.
 kubeadm and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init``, a token
 join and a control-plane join with a certificate key,
 applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
-second run changes nothing. What the stand-ins cannot prove is listed in
+second run changes nothing; once logging in as root and once as the rig's sudo user (``ops``, passwordless sudo),
+whose ``kubeadm join`` and token commands must run through sudo as every other command does. What the stand-ins cannot prove is listed in
 ``rig/gpu_provision_rig/standins/kubernetes/common/standin_api.py``.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_provision_rig.config import BRIDGE_ADDRESS, RigNode
+from gpu_provision_rig.config import BRIDGE_ADDRESS, SUDO_USER, RigNode
 from gpu_provision_rig.mirror import build_mirror
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
@@ -39,13 +40,13 @@ CNI = REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-stand
 DEPLOY = REPO / "deploys" / "cluster.py"
 
 
-def cluster_file(tmp_path: Path, rig) -> Path:
+def cluster_file(tmp_path: Path, rig, login: str = "root") -> Path:
     path = tmp_path / "cluster.yaml"
     path.write_text(f"""\
 version: v1
 cluster:
   name: rig-k8s
-  ssh: {{user: root, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
+  ssh: {{user: {login}, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
   kubernetes:
     version: "1.31.4"
     cni: flannel
@@ -87,12 +88,13 @@ def totals(output: str) -> tuple[int, int, int, int]:
     return tuple(0 if v == "-" else int(v) for v in match.groups())  # type: ignore[return-value]
 
 
-def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_node, tmp_path):
+@pytest.mark.parametrize("login", ["root", SUDO_USER])
+def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_node, tmp_path, login):
     for node in RIG_NODES:
         reset_node(node.name)
     # A mirror served since before the stand-ins changed is brought up to date in place (cheap when current).
     build_mirror(rig.paths.mirror)
-    cluster = cluster_file(tmp_path, rig)
+    cluster = cluster_file(tmp_path, rig, login)
     deploy = DEPLOY
 
     first = run_pyinfra(cluster, deploy, tmp_path)

@@ -3,7 +3,10 @@
 Join tokens and certificate keys exist only at execution time: they are made on the control plane inside a Python
 callback, reach the joining node on the command's stdin into a private file under ``/run`` (tmpfs) that is removed
 after ``kubeadm join``, and are never printed, logged or kept on the controller. Every remote command of a join runs
-from :func:`do_join`, so how those commands reach the nodes (and with which privileges) is decided in that one place.
+from :func:`do_join`, so how those commands reach the nodes (and with which privileges) is decided in that one place:
+pyinfra runs a function command's own ``run_shell_command`` calls with no connector arguments at all, so
+:func:`connector_arguments` hands each of them the ones pyinfra gives the operation on that host (``_sudo``,
+``_sudo_password``, ``_timeout``, ...), and a login user other than root joins through sudo like every other command.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from gpu_provision.k8s.kubeadm import advertise_address, join_configuration
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
@@ -101,6 +105,23 @@ def _lines(output: Any) -> list[str]:
     return [str(line.line if hasattr(line, "line") else line) for line in output]
 
 
+def connector_arguments(state: Any, target: Any, running: Any) -> dict[str, Any]:
+    """The connector arguments pyinfra gives the operation that ``running`` executes, as that operation has them
+    on ``target`` (its host data, group data, ``--sudo`` and the operation's own global arguments); ``target``'s
+    defaults where it has no such operation.
+
+    The join operation is called for every host, the control plane that makes the tokens included (it does
+    nothing there), so its own data is what a command on that host runs with.
+    """
+    ops = state.ops.get(target, {})
+    op_hash = running.executing_op_hash
+    if op_hash is not None and op_hash in ops:
+        global_arguments = dict(ops[op_hash].global_arguments)
+    else:
+        global_arguments = dict(pop_global_arguments(state, target, {})[0])
+    return {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
+
+
 def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: str, address: str | None) -> bool:
     """Execution-time join (a ``FunctionCommand``): token (and certificate key) from ``control_plane``, join.
 
@@ -110,8 +131,9 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
     if source is None:
         host.log_styled(f"join: control plane {control_plane} is not in this run's inventory", fg="red")
         return False
+    on_source = connector_arguments(state, source, host)
     ok, output = source.run_shell_command(f"kubeadm token create --ttl {TOKEN_TTL} --print-join-command",
-                                          print_output=False, print_input=False)
+                                          print_output=False, print_input=False, **on_source)
     if not ok:
         host.log_styled(f"join: kubeadm token create failed on {control_plane}", fg="red")
         return False
@@ -120,15 +142,15 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
     certificate_key = None
     if node.role == "control-plane":
         ok, output = source.run_shell_command("kubeadm init phase upload-certs --upload-certs",
-                                              print_output=False, print_input=False)
+                                              print_output=False, print_input=False, **on_source)
         if not ok:
             host.log_styled(f"join: uploading certificates failed on {control_plane}", fg="red")
             return False
         certificate_key = parse_certificate_key(_lines(output.stdout_lines))
         secrets.append(certificate_key)
     config = join_configuration(cluster, node, endpoint, token, ca_hash, certificate_key, address)
-    ok, output = host.run_shell_command(join_script(), _stdin=json.dumps(config, indent=2) + "\n",
-                                        print_output=False, print_input=False)
+    on_host = {**connector_arguments(state, host, host), "_stdin": json.dumps(config, indent=2) + "\n"}
+    ok, output = host.run_shell_command(join_script(), print_output=False, print_input=False, **on_host)
     if not ok:
         for line in _scrub(_lines(output.stderr_lines), *secrets)[-20:]:
             host.log_styled(f"kubeadm join: {line}", fg="red")
