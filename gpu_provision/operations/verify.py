@@ -4,9 +4,11 @@ The agent is a measurement, so a converged node must plan and run with no change
 the results table shows "No Change"). The operation therefore yields no command for pyinfra to count: when the
 deploy executes, it runs the agent itself through the host's connector, with the operation's own connector arguments
 (``_sudo`` and the rest, so a non-root login still runs it as root), and keeps what the agent printed in an
-:class:`AgentRun` the caller holds. Only a node whose report is judged bad gets a command, one that fails the node
-(an error, not a change). The report travels back by value in that :class:`AgentRun`:
-:func:`gpu_provision.verify.report.report_from_run` reads it.
+:class:`AgentRun` the caller holds. A node whose report is judged bad is failed for the rest of the run
+(:func:`fail_host`), not through a failing command: pyinfra would report that as "Error: executed 0 commands" and,
+once no node is left, "No hosts remaining!", which read as a crash for what is a finding the judge has already named.
+The report travels back by value in that :class:`AgentRun`: :func:`gpu_provision.verify.report.report_from_run`
+reads it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api import StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpu_provision import bundle
@@ -70,9 +72,15 @@ def run_agent(host: Any, command: str, ran: AgentRun) -> None:
     ran.complete, ran.succeeded, ran.stdout, ran.stderr_lines = True, ok, stdout, stderr
 
 
-def _fail_node(state: Any, host: Any) -> bool:
-    """The one command a node with a bad report gets: it fails the node (judged and logged already)."""
-    return False
+def fail_host(host: Any) -> None:
+    """Fail ``host`` for the rest of the run without failing the operation that found it bad.
+
+    The host runs no later operation (it leaves ``state.active_hosts``), pyinfra's CLI still exits non-zero (it
+    exits 1 whenever ``state.failed_hosts`` is not empty) and its ``--json`` output lists the host under
+    ``failed_hosts``; the judge has logged which checks failed, so pyinfra adds no error line of its own.
+    """
+    host.state.failed_hosts.add(host)
+    host.state.active_hosts.discard(host)
 
 
 @operation(is_idempotent=False)
@@ -83,7 +91,8 @@ def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
     + agent_path: the node bundle on the node
     + expect_path: the node's expectations file on the node
     + ran: where the run's output is kept (schema ``verify-report.v1`` on stdout), read once the deploy executed
-    + judge: called with the host and ``ran`` after the run; when it returns False the node fails (None: never)
+    + judge: called with the host and ``ran`` after the run; when it returns False the node is failed for the rest
+      of the run (:func:`fail_host`; None: never)
 
     Runs on every execution (a verification is a measurement, never "already done") and never in a plan
     (``--dry`` runs nothing on nodes). The agent runs with this operation's connector arguments (``_sudo``,
@@ -101,4 +110,5 @@ def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
         return
     run_agent(host, agent_command(agent_path, expect_path), ran)
     if judge is not None and not judge(host, ran):
-        yield FunctionCommand(_fail_node, (), {})
+        fail_host(host)
+    yield from ()

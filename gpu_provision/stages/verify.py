@@ -31,20 +31,38 @@ from gpu_provision.verify.table import format_table, terminal_width
 REMOTE_DIR = "/var/lib/gpu-provision/verify"
 
 
+#: How many failed checks the log line names before it points at the report for the rest.
+NAMED_FAILURES = 5
+
+
 def judge_report(target: Any, ran: AgentRun, report_dir: str | None = None) -> bool:
     """Read the report the agent run printed; save it under ``report_dir``; log one line; True when the node
-    passed (no failed check, a usable report)."""
+    passed (no failed check, a usable report).
+
+    The line of a node that did not pass names its failed checks with their reasons (the first
+    :data:`NAMED_FAILURES`, then how many more and where the report is), or the agent's error: under the pyinfra
+    CLI it is the one message a failed verification gets (see :func:`gpu_provision.operations.verify.fail_host`).
+    """
     report = report_from_run(target.name, ran)
+    saved = None
     if report_dir:
         os.makedirs(report_dir, exist_ok=True)
-        with open(os.path.join(report_dir, f"{target.name}.json"), "w", encoding="utf-8") as handle:
+        saved = os.path.join(report_dir, f"{target.name}.json")
+        with open(saved, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=1)
     summary = report["summary"]
-    first = next((c for c in report["checks"] if c["status"] == "fail"), None)
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
     line = (f"verify {report['status']}: {summary['pass']} passed, {summary['fail']} failed, "
             f"{summary['skip']} skipped in {report['wall_s']:.1f}s")
-    if first or report.get("error"):
-        line += f"; first failure: {first['id'] + ': ' + first['reason'] if first else report['error']}"
+    if report.get("error"):
+        line += f"; {report['error']}"
+    if failed:
+        named = "; ".join(f"{c['id']}: {c['reason']}" for c in failed[:NAMED_FAILURES])
+        line += f"; failed checks: {named}"
+        if len(failed) > NAMED_FAILURES:
+            line += f"; and {len(failed) - NAMED_FAILURES} more"
+    if report["status"] != "pass" and saved:
+        line += f" (report: {saved})"
     target.log_styled(line, fg="green" if report["status"] == "pass" else "red")
     return bool(report["status"] == "pass")
 
@@ -53,8 +71,9 @@ class FleetTable(BaseStateCallback):
     """Prints the fleet table once the last host's agent run is done (pyinfra CLI runs only; ``gpu-provision
     verify`` prints its own from the reports the fleet runner returns).
 
-    It prints from the per-host callbacks rather than at the operation's end, which pyinfra never reaches when
-    every node failed verification. The reports are read from each host's :class:`AgentRun`.
+    It prints from the per-host callbacks, once every judged host's run is complete. The reports are read from
+    each host's :class:`AgentRun`. The table goes to stderr with the rest of pyinfra's human-readable output, so
+    that ``pyinfra --json`` keeps stdout for its JSON alone.
     """
 
     def __init__(self, op_hash: str):
@@ -82,7 +101,7 @@ class FleetTable(BaseStateCallback):
         self.printed = True
         runs = [(h.name, self.runs[h.name]) for h in judged if h.name in self.runs]
         reports = [report_from_run(name, ran) for name, ran in runs if ran.is_complete()]
-        print("\n" + format_table(reports, terminal_width()) + "\n", file=sys.stdout, flush=True)
+        print("\n" + format_table(reports, terminal_width()) + "\n", file=sys.stderr, flush=True)
 
 
 def _print_table_at_end(op_hash: str, ran: AgentRun) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from agentsim import H200_GPUS
 
-from gpu_provision.bundle import BUNDLE_NAME
 from gpu_provision.commands import verify as verify_command
 from gpu_provision.verify import collect
+from gpu_provision.verify.agent import agent_digest
 from gpu_provision.verify.report import schema_problems
 
 
@@ -28,8 +28,9 @@ def test_local_run_ships_agent_and_collects_report(sim_node, tmp_path: Path) -> 
     reports = collect.run(str(_inventory(tmp_path, sim_node.expect())), remote_dir=str(remote),
                           report_dir=str(tmp_path / "reports"))
     (report,) = reports
-    assert (remote / BUNDLE_NAME).exists() and (remote / "expect.json").exists()
-    assert json.loads((remote / "expect.json").read_text())["node"] == "sim-node"
+    # The node keeps the agent by version in a root-only directory; the run's own files are gone.
+    assert [p.name for p in remote.iterdir()] == [f"{agent_digest()}.pyz"]
+    assert remote.stat().st_mode & 0o777 == 0o700
     assert schema_problems(report) == []
     assert report["node"] == "sim-node" and report["status"] == "pass"
     assert [g["uuid"] for g in report["host"]["gpus"]] == [g["uuid"] for g in H200_GPUS]
@@ -93,19 +94,51 @@ def test_pyinfra_cli_runs_the_verify_deploy(sim_node, tmp_path: Path) -> None:
     healthy = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert healthy.returncode == 0, healthy.stdout + healthy.stderr
     assert "verify pass:" in healthy.stdout + healthy.stderr
-    assert any(line.split()[:2] == ["sim-node", "PASS"] for line in healthy.stdout.splitlines())
-    assert "1 of 1 node(s) passed" in healthy.stdout
+    assert any(line.split()[:2] == ["sim-node", "PASS"] for line in healthy.stderr.splitlines())
+    assert "1 of 1 node(s) passed" in healthy.stderr and healthy.stdout == ""
     report = json.loads((tmp_path / "reports" / "verify" / "@local.json").read_text())
     assert report["status"] == "pass" and schema_problems(report) == []
 
     sim_node.configure(H200_GPUS[:1])
     broken = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert broken.returncode != 0
-    assert "first failure: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2" in (
-        broken.stdout + broken.stderr)
-    # The table still comes when every node failed (pyinfra stops with "No hosts remaining!").
-    assert any(line.split()[:3] == ["sim-node", "FAIL", "1/2"] for line in broken.stdout.splitlines())
-    assert "0 of 1 node(s) passed, 1 failed" in broken.stdout
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert any(line.split()[:3] == ["sim-node", "FAIL", "1/2"] for line in broken.stderr.splitlines())
+    assert "0 of 1 node(s) passed, 1 failed" in broken.stderr
+
+
+def test_pyinfra_cli_names_the_failed_checks_and_reads_as_no_crash(sim_node, tmp_path: Path) -> None:
+    """A node that fails verification under ``pyinfra``: one line naming every failed check and where the report
+    is, a non-zero exit, pyinfra's results table, and none of pyinfra's crash-like lines ("Error: executed 0
+    commands", "No hosts remaining!")."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    sim_node.configure(H200_GPUS[:1])
+    argv = [sys.executable, "-m", "pyinfra", "-y", str(_inventory(tmp_path, sim_node.expect(2))),
+            str(root / "deploys" / "verify.py")]
+    broken = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    report = json.loads((tmp_path / "reports" / "verify" / "@local.json").read_text())
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert [c["id"] for c in failed] == ["node.gpu.count", "node.pci.gpus"]
+    (line,) = [line for line in broken.stderr.splitlines() if "verify fail:" in line]
+    assert line.strip().startswith("[@local] verify fail: 13 passed, 2 failed, 6 skipped in ")
+    assert line.endswith("; failed checks: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2; "
+                         "node.pci.gpus: 1 H200 GPU(s) on the PCI bus, expected 2 (report: reports/verify/@local.json)")
+    assert "executed 0 commands" not in broken.stderr and "No hosts remaining" not in broken.stderr
+    assert "pyinfra error" not in broken.stderr and "Traceback" not in broken.stderr
+    results = broken.stderr[broken.stderr.index("--> Results:"):].splitlines()
+    # The agent run is a check: in pyinfra's table neither a change nor an error (the exit status says "failed").
+    assert any(row.split()[-7:] == ["Run", "verification", "agent", "1", "-", "-", "1"] for row in results), results
+
+    # With --json, stdout is pyinfra's JSON alone (the fleet table is on stderr), naming the failed node.
+    as_json = subprocess.run([*argv[:3], "--json", *argv[3:]], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)
+    assert as_json.returncode == 1, as_json.stderr
+    results = json.loads(as_json.stdout)["results"]
+    assert results["failed_hosts"] == ["@local"] and results["totals"]["error"] == 0
+    assert "failed checks: node.gpu.count: " in as_json.stderr and "0 of 1 node(s) passed" in as_json.stderr
 
 
 def test_node_without_gpus_is_skipped(tmp_path: Path, monkeypatch) -> None:

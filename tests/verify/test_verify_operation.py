@@ -46,7 +46,7 @@ class RecordingHost:
         self.calls: list[tuple[str, dict]] = []
         self.stdout = stdout
         global_arguments = {"_sudo": True, "_sudo_user": "root", "_timeout": 30, "_if": [], "name": "x"}
-        self.state = SimpleNamespace(print_output=False, print_input=False,
+        self.state = SimpleNamespace(print_output=False, print_input=False, failed_hosts=set(), active_hosts={self},
                                      get_op_data_for_host=lambda host, op_hash: SimpleNamespace(
                                          global_arguments=global_arguments))
 
@@ -75,12 +75,16 @@ def test_operation_runs_exactly_the_agent_command_with_the_operations_sudo_and_y
     assert (run.is_complete(), run.did_succeed(), run.stdout) == (True, True, '{"status": "pass"}')
 
 
-def test_a_node_judged_bad_gets_one_command_that_fails_it() -> None:
+def test_a_node_judged_bad_is_failed_for_the_run_without_a_failing_command() -> None:
+    """No command that fails (pyinfra would print "Error: executed 0 commands"): the host leaves the run, failed."""
     heard: list[AgentRun] = []
-    yielded, run = body(RecordingHost(executing=True), judge=lambda host, ran: heard.append(ran) or False)
-    (command,) = yielded
-    assert heard == [run] and command.execute(None, None, {}) is False
-    assert body(RecordingHost(executing=True), judge=lambda host, ran: True)[0] == []
+    bad = RecordingHost(executing=True)
+    yielded, run = body(bad, judge=lambda host, ran: heard.append(ran) or False)
+    assert yielded == [] and heard == [run]
+    assert bad.state.failed_hosts == {bad} and bad.state.active_hosts == set()
+    good = RecordingHost(executing=True)
+    assert body(good, judge=lambda host, ran: True)[0] == []
+    assert good.state.failed_hosts == set() and good.state.active_hosts == {good}
 
 
 def test_a_converged_node_plans_and_runs_the_agent_with_no_change(tmp_path: Path) -> None:
