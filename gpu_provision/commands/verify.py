@@ -25,9 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``verify`` command."""
     p = add_command(
         sub, "verify", "check every GPU node against the cluster file; print a fleet table",
-        "Ship the verification agent and each node's expectations (from the cluster file) to every GPU node, run "
-        "it (driver, GPUs, MIG layout, device permissions, CUDA in a container) and print one line per node. "
-        "Nothing on the node is changed.",
+        "Run the verification agent on every GPU node with that node's expectations (from the cluster file): "
+        "driver, GPUs, MIG layout, device permissions, CUDA in a container; print one line per node. Each node "
+        "keeps the agent by version in a root-only directory, so it is sent once per version and a run is one "
+        "short command per node. Nothing else on the node is changed.",
         ["gpu-provision verify --cluster site/cluster.yaml",
          "gpu-provision verify --cluster site/cluster.yaml --limit gpu-01,gpu-02 --report-dir reports/",
          "gpu-provision verify --in-cluster --json"],
@@ -36,7 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--expect", action="append", type=_expect_pair, metavar="HOST=FILE",
                    help="use this expectations file for HOST instead of the cluster file (repeatable)")
     p.add_argument("--report-dir", help="also write one <node>.json report per node here")
-    p.add_argument("--remote-dir", help="where the agent is put on each node (default: /var/lib/gpu-provision/verify)")
+    p.add_argument("--remote-dir", help="the root-only directory (mode 0700) where each node keeps the agent by "
+                   "version and runs it (default: /var/lib/gpu-provision/agent)")
+    p.add_argument("--keep-node-files", action="store_true",
+                   help="leave each run's expectations and report on the node (a private run-* directory in the "
+                        "agent's directory, named on stderr); by default they are removed when the run ends")
     p.add_argument("--in-cluster", action="store_true",
                    help="collect the reports of the verification DaemonSet through kubectl instead of SSH")
     p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
@@ -68,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
                                  args.limit, default_command_timeout=None)
         _quiet_pyinfra()
         reports = collect.run(args.inventory, settings, expect_files=dict(args.expect or []),
-                              report_dir=args.report_dir, remote_dir=args.remote_dir, progress=progress())
+                              report_dir=args.report_dir, remote_dir=args.remote_dir, progress=progress(),
+                              keep=args.keep_node_files)
     if not reports:
         raise GpuProvisionError("no GPU nodes to verify (the cluster file gives the selected hosts no GPUs)")
     emit(args, reports, lambda: table.format_table(reports, table.terminal_width()))

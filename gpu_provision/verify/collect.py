@@ -1,19 +1,25 @@
-"""``gpu-provision verify`` over SSH: the ``verify`` stage on every host through the fleet runner, one report each.
+"""``gpu-provision verify`` over SSH: the verification agent on every host through the fleet runner, one report each.
 
-Each reached host runs the stage's operations (uploads, the agent run) and its report is read from the agent
-run the stage returns, by value. A host the runner could not reach gets an ``error`` report
+Each reached host gets one short command that runs the node's own copy of the agent (:mod:`.agent`: kept by
+digest in a root-only directory) on the host's expectations. Only a node without this version's copy gets the
+agent, once (one more command carrying it, then the short command again), so repeated runs cost one command per
+node and no upload. The report comes back by value. A host the runner could not reach gets an ``error`` report
 with the runner's reason, worded as ``gpu-provision drift`` words it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
-from pyinfra.api import Inventory
+from pyinfra.api import Inventory, StringCommand
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, HostResult, Progress, Reached, load_inventory, run_fleet
+from gpu_provision.operations.verify import AgentRun
+from gpu_provision.verify import agent
 from gpu_provision.verify.report import error_report, report_from_run
 
 
@@ -27,15 +33,54 @@ def use_expectations(inventory: Inventory, expect_files: dict[str, str], source:
         host.data.gpu_provision_verify_expect = os.path.abspath(path)
 
 
-def verify_host(reached: Reached, remote_dir: str | None = None,
-                report_dir: str | None = None) -> dict[str, Any] | None:
-    """Run the ``verify`` stage on one reached host; its report, or None for a host the cluster file gives no
-    GPUs."""
-    from gpu_provision.stages.verify import verify
+def verify_host(reached: Reached, remote_dir: str | None = None, report_dir: str | None = None,
+                keep: bool = False) -> dict[str, Any] | None:
+    """Run the agent on one reached host; its report, or None for a host the cluster file gives no GPUs.
 
-    # The command judges the node by its report: a failing node is a row of the table, not a pyinfra error too.
-    ran, _ = reached.apply(verify, remote_dir=remote_dir, report_dir=report_dir, fail_node=False)
-    return None if ran is None else report_from_run(reached.host.name, ran)
+    ``remote_dir`` is the node's agent cache (default :data:`gpu_provision.verify.agent.AGENT_CACHE`); ``keep``
+    leaves the run's expectations and report there; ``report_dir`` also saves the report on the controller.
+    """
+    from gpu_provision.verify.expect import expectations_for_host
+
+    host = reached.host
+    expectations = expectations_for_host(host)
+    if expectations is None:
+        return None
+    cache_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or agent.AGENT_CACHE
+    ran = _run(reached, StringCommand(agent.run_command(expectations, keep, cache_dir)))
+    if ran.succeeded and agent.is_miss(ran.stdout):
+        script, data = agent.install_command(cache_dir)
+        installed = _run(reached, StringCommand(script, _stdin=data))
+        ran = _run(reached, StringCommand(agent.run_command(expectations, keep, cache_dir))) \
+            if installed.succeeded else installed
+        if ran.succeeded and agent.is_miss(ran.stdout):
+            ran.stdout = ""
+            ran.stderr_lines = [f"the agent was installed but {cache_dir} is not root's alone (mode 0700)"]
+            ran.succeeded = False
+    report = report_from_run(host.name, ran)
+    if report_dir:
+        os.makedirs(report_dir, exist_ok=True)
+        with open(os.path.join(report_dir, f"{host.name}.json"), "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+    return report
+
+
+def _run(reached: Reached, command: StringCommand) -> AgentRun:
+    """Run ``command`` on the host with its connector arguments from the inventory (``_sudo``, ``_timeout``,
+    ...) and its own (``_stdin``), as an operation would; what it printed, as an :class:`AgentRun`."""
+    host = reached.host
+    arguments, _ = pop_global_arguments(reached.state, host, {})
+    connector = {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS  # type: ignore[literal-required]
+                 if key in arguments and key != "_stdin"}
+    connector.update(command.connector_arguments)  # as an operation merges them: the command's _stdin
+    ran = AgentRun(complete=True)
+    try:
+        ok, output = host.run_shell_command(command, **connector)
+    except (OSError, TimeoutError) as exc:  # a dropped connection or the command timeout: the report says which
+        ran.stderr_lines = [f"{type(exc).__name__}: {exc}"]
+        return ran
+    ran.succeeded, ran.stdout, ran.stderr_lines = ok, "\n".join(output.stdout_lines), list(output.stderr_lines)
+    return ran
 
 
 def host_report(result: HostResult[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -48,17 +93,18 @@ def host_report(result: HostResult[dict[str, Any] | None]) -> dict[str, Any] | N
 
 def run(inventory: str, settings: FleetSettings | None = None, expect_files: dict[str, str] | None = None,
         report_dir: str | None = None, remote_dir: str | None = None,
-        progress: Progress | None = None) -> list[dict[str, Any]]:
+        progress: Progress | None = None, keep: bool = False) -> list[dict[str, Any]]:
     """Connect to the inventory's hosts, ship and run the agent on each, return their reports (sorted by node).
 
     A host that cannot be reached, or whose agent printed no report, gets an ``error`` report, so every GPU
-    host of the run appears in the result; hosts the cluster file gives no GPUs are left out. ``settings``
+    host of the run appears in the result; hosts the cluster file gives no GPUs are left out. ``keep`` leaves each
+    run's expectations and report on the nodes (see :mod:`.agent`). ``settings``
     default to the runner's without a command timeout: the agent bounds its own checks. ``progress`` hears how
     many hosts are done and failed (unreached, or a node that did not pass) as they finish.
     """
     loaded = load_inventory(inventory)
     use_expectations(loaded, expect_files or {}, inventory)
-    fleet = run_fleet(loaded, lambda reached: verify_host(reached, remote_dir, report_dir),
+    fleet = run_fleet(loaded, lambda reached: verify_host(reached, remote_dir, report_dir, keep),
                       settings or FleetSettings(command_timeout=None), progress=progress,
                       failed=lambda report: report is not None and report["status"] != "pass")
     reports = [r for r in map(host_report, fleet.hosts) if r is not None]

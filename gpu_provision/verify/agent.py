@@ -1,0 +1,130 @@
+"""The verification agent kept on each node by content digest, so that a run sends a short command, not the agent.
+
+The agent is the node bundle's ``verify`` entry (:func:`gpu_provision.bundle.build`, a few hundred kilobytes with
+NVIDIA's ``pynvml``). Sending it on every run would make verification cost grow with the agent's size times the
+fleet. Instead the node keeps one copy per version, named by the digest of its bytes, in :data:`AGENT_CACHE`
+(root's alone, mode 0700), as the probe's modules are kept (:data:`gpu_provision.bundle.PROBE_CACHE`):
+
+* :func:`run_command` is what every run sends: a ``python3 -c`` loader of about a kilobyte plus the node's
+  expectations. It checks that the cache directory is still root's alone (owner root, no group or other bits)
+  and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it writes the
+  expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
+  name), runs the agent from the copy in the same process, prints its report and removes the run directory,
+  unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
+* :func:`install_command` is sent only after a miss: the agent's bytes on the command's standard input, written
+  to a same-directory temporary file from ``mktemp``, checked against the digest, renamed into place; older
+  versions' copies are removed. It refuses a cache path that is a symbolic link or not a directory.
+
+Nothing is written under ``/tmp``, ``/var/tmp`` or ``/dev/shm``. The commands run with the host's connector
+arguments (``_sudo`` and the rest), so a non-root login still runs them as root.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+from functools import cache
+
+from gpu_provision import bundle
+
+#: Where nodes keep the agent by digest (root's alone, mode 0700); per-run directories live inside it too.
+AGENT_CACHE = "/var/lib/gpu-provision/agent"
+#: What :func:`run_command` prints (and exits 0) when the node has no usable copy of this version.
+CACHE_MISS = {"gpu-provision-agent-cache": "miss"}
+#: What the run prints when the agent ended without its report (it still exits 0, so the report says why).
+NO_REPORT = "verification agent ended without a report (its error is on stderr)"
+
+# Runs on the node's python3 (3.9+). argv: expectations (base64), then extra agent arguments.
+_RUN_LOADER = """\
+import base64,io,os,shutil,sys,tempfile
+R={cache!r}
+A=R+'/{digest}.pyz'
+try:
+    s=os.lstat(R);ok=s.st_uid==0 and s.st_mode&0o170077==0o040000 and os.path.isfile(A)
+except OSError:
+    ok=0
+if not ok:
+    print({miss!r});sys.exit(0)
+d=tempfile.mkdtemp(prefix='run-',dir=R)
+r=3
+out=io.StringIO()
+real=sys.stdout
+try:
+    e=d+'/expect.json'
+    with open(e,'wb') as f:
+        f.write(base64.b64decode(sys.argv[1]))
+    sys.path.insert(0,A)
+    from {package}.__main__ import main
+    sys.stdout=out
+    try:
+        r=main(['verify','--expect',e]+sys.argv[2:])
+    except SystemExit as x:
+        r=x.code
+    except Exception:
+        import traceback;traceback.print_exc()
+finally:
+    sys.stdout=real
+    real.write(out.getvalue())
+    if {keep}:
+        with open(d+'/report.json','w') as f:
+            f.write(out.getvalue())
+        sys.stderr.write('gpu-provision: run files kept in '+d+'\\n')
+    else:
+        shutil.rmtree(d,ignore_errors=True)
+if not isinstance(r,int) and r is not None or (r or 0)>2:
+    print({not_run!r})
+"""
+
+_INSTALL = """\
+set -e
+umask 077
+c={cache}
+if [ -L "$c" ] || {{ [ -e "$c" ] && [ ! -d "$c" ]; }}; then
+  cat >/dev/null; echo "gpu-provision: $c is not a directory" >&2; exit 1
+fi
+mkdir -p "$c"
+chown root:root "$c"
+chmod 0700 "$c"
+t=
+trap '[ -z "$t" ] || rm -f "$t"' EXIT
+trap 'exit 1' HUP INT TERM PIPE
+t=$(mktemp "$c/.agent.XXXXXXXX")
+base64 -d > "$t"
+if [ "$(sha256sum < "$t")" != "{sha256}  -" ]; then echo "gpu-provision: incomplete upload of the agent" >&2; exit 1; fi
+chmod 0600 "$t"
+mv -f "$t" "$c/{digest}.pyz"
+t=
+for old in "$c"/*.pyz; do [ "$old" = "$c/{digest}.pyz" ] || rm -f "$old"; done
+"""
+
+
+@cache
+def agent_digest() -> str:
+    """The digest naming this version of the agent on nodes (of the node bundle's bytes)."""
+    return hashlib.sha256(bundle.build()).hexdigest()[:32]
+
+
+def run_command(expectations: str, keep: bool = False, cache_dir: str = AGENT_CACHE) -> str:
+    """The short command that runs the node's copy of the agent on ``expectations`` (JSON text) and prints its
+    report, or prints :data:`CACHE_MISS` where the node has no usable copy. ``keep`` leaves the run's
+    expectations and report on the node (in a private directory under ``cache_dir``, named on stderr)."""
+    loader = _RUN_LOADER.format(cache=cache_dir, digest=agent_digest(), miss=json.dumps(CACHE_MISS),
+                                package=bundle.PACKAGE, keep="1" if keep else "0", not_run=NO_REPORT)
+    encoded = base64.b64encode(expectations.encode()).decode()
+    return f"python3 -c {shlex.quote(loader)} {encoded} --compact"
+
+
+def install_command(cache_dir: str = AGENT_CACHE) -> tuple[str, str]:
+    """The command that keeps this version of the agent under ``cache_dir`` and its standard input (the agent's
+    bytes, base64), as a pair; sent only after :func:`run_command` reported a miss."""
+    data = bundle.build()
+    script = _INSTALL.format(cache=shlex.quote(cache_dir), sha256=hashlib.sha256(data).hexdigest(),
+                             digest=agent_digest())
+    return script, base64.encodebytes(data).decode()
+
+
+def is_miss(stdout: str) -> bool:
+    """Whether a run's output is the node saying it has no usable copy of this version."""
+    return stdout.strip() == json.dumps(CACHE_MISS)

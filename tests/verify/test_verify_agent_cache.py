@@ -1,0 +1,108 @@
+"""The agent kept on the node by digest: sent once per version, then one short command per run; per-run files
+removed unless kept; the cache directory root's alone. Through the fleet runner and pyinfra's @local connector
+(this machine is the node; the cache sits in a temporary directory, never in /var/lib)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyinfra.api import Inventory
+
+from gpu_provision import bundle
+from gpu_provision.fleet import FleetSettings, Reached, run_fleet
+from gpu_provision.verify import agent
+from gpu_provision.verify.collect import verify_host
+from gpu_provision.verify.expect import build_expectations
+from gpu_provision.verify.report import schema_problems
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> tuple[Inventory, Path]:
+    """An @local host with its own expectations, and the agent cache path it uses (not yet made)."""
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(build_expectations("local-node", "H200", 1).to_dict()))
+    return Inventory((["@local"], {"gpu_provision_verify_expect": str(expect)})), tmp_path / "node" / "agent"
+
+
+def verify_counted(inventory: Inventory, cache: Path, keep: bool = False) -> tuple[dict[str, Any], list[int]]:
+    """One verification of the host; its report and the size of each command sent (command text plus stdin)."""
+    sent: list[int] = []
+
+    def work(reached: Reached) -> dict[str, Any] | None:
+        inner = reached.host.connector.run_shell_command
+
+        def counting(command: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(len(command.get_raw_value()) + len(kwargs.get("_stdin") or ""))
+            return inner(command, *args, **kwargs)
+
+        reached.host.connector.run_shell_command = counting
+        return verify_host(reached, str(cache), keep=keep)
+
+    run = run_fleet(inventory, work, FleetSettings(command_timeout=None))
+    report = run.hosts[0].value
+    assert report is not None and run.hosts[0].commands == len(sent)
+    return report, sent
+
+
+def test_the_agent_is_sent_once_per_version_then_one_short_command(node) -> None:
+    inventory, cache = node
+    agent_size = len(bundle.build())
+    report, sent = verify_counted(inventory, cache)
+    assert schema_problems(report) == [] and report["agent_version"] != "unknown", report
+    assert len(sent) == 3  # the short command (a miss), the agent on stdin, the short command again
+    assert sent[1] > agent_size > 100_000 and max(sent[0], sent[2]) < 20_000
+    again, sent = verify_counted(inventory, cache)
+    assert len(sent) == 1 and sent[0] < 20_000 and sent[0] < agent_size / 10
+    assert schema_problems(again) == [] and again["node"] == report["node"]
+    assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
+    assert cache.stat().st_mode & 0o7777 == 0o700 and cache.stat().st_uid == 0
+    assert (cache / f"{agent.agent_digest()}.pyz").stat().st_mode & 0o777 == 0o600
+
+
+def test_run_files_are_kept_only_when_asked(node) -> None:
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    report, _ = verify_counted(inventory, cache, keep=True)
+    (kept,) = [p for p in cache.iterdir() if p.name.startswith("run-")]
+    assert kept.stat().st_mode & 0o777 == 0o700
+    assert json.loads((kept / "expect.json").read_text())["node"] == "local-node"
+    assert json.loads((kept / "report.json").read_text())["node"] == report["node"]
+
+
+def test_a_cache_that_is_not_roots_alone_is_not_trusted_and_is_put_right(node) -> None:
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    cache.chmod(0o755)
+    _, sent = verify_counted(inventory, cache)
+    assert len(sent) == 3 and cache.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_older_version_is_replaced(node) -> None:
+    inventory, cache = node
+    cache.mkdir(parents=True, mode=0o700)
+    (cache / ("0" * 32 + ".pyz")).write_bytes(b"old agent")
+    verify_counted(inventory, cache)
+    assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
+
+
+def test_a_cache_path_that_is_a_link_is_refused(node, tmp_path: Path) -> None:
+    inventory, cache = node
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache.parent.mkdir()
+    os.symlink(elsewhere, cache)
+    report, sent = verify_counted(inventory, cache)
+    assert report["status"] == "error" and "is not a directory" in report["error"]
+    assert len(sent) == 2 and list(elsewhere.iterdir()) == []
+
+
+def test_the_short_command_names_no_world_writable_directory() -> None:
+    command = agent.run_command('{"node": "x"}')
+    script, _ = agent.install_command()
+    for text in (command, script):
+        assert "/tmp" not in text and "/var/tmp" not in text and "/dev/shm" not in text
+    assert agent.AGENT_CACHE in command and agent.AGENT_CACHE in script
