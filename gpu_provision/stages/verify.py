@@ -138,7 +138,7 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None,
     agent_path = f"{chosen_dir}/{bundle.BUNDLE_NAME}" if chosen_dir else bundle.BUNDLE_PATH
     remote_dir = chosen_dir or REMOTE_DIR
     expect_path = f"{remote_dir}/expect.json"
-    files.directory(name="Verification agent directory", path=remote_dir, mode="0755")
+    files.directory(name="Verification agent directory", path=remote_dir, mode="0700")  # root's alone
     # Written atomically (a same-directory temporary, renamed): pyinfra's own upload writes in place, or with sudo
     # through a predictable /tmp name and cp.
     node_files.wants(name="Verification agent and expectations", wants=[
