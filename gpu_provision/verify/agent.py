@@ -9,8 +9,8 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
   expectations. It checks that the cache directory is still root's alone (owner root, no group or other bits)
   and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
-  name), runs the agent from the copy in the same process, prints its report and removes the run directory,
-  unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
+  name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
+  hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
 * :func:`install_command` is sent only after a miss: the agent's bytes on the command's standard input, written
   to a same-directory temporary file from ``mktemp``, checked against the digest, renamed into place; older
   versions' copies are removed. It refuses a cache path that is a symbolic link or not a directory.
@@ -48,6 +48,7 @@ except OSError:
 if not ok:
     print({miss!r});sys.exit(0)
 d=tempfile.mkdtemp(prefix='run-',dir=R)
+tempfile.tempdir=d
 r=3
 out=io.StringIO()
 real=sys.stdout
