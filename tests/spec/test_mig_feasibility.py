@@ -158,9 +158,35 @@ def test_only_me_less_instances_beside_me_all() -> None:
 
 
 def test_new_models_are_found_by_their_product_names() -> None:
-    for name, key in (("NVIDIA B300", "B300"), ("NVIDIA GB200", "GB200"), ("NVIDIA H20", "H20"),
+    for name, key in (("NVIDIA B300", "B300"), ("NVIDIA GB200", "GB200"), ("NVIDIA GB300", "GB300"), ("NVIDIA H20", "H20"),
                       ("NVIDIA GH200 144G HBM3e", "GH200-144GB"),
                       ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000")):
         found = catalog.model(name)
         assert found is not None and found.key == key
         assert found.mig is not None and found.mig.placements_source
+
+
+def test_gb300_table_matches_nvidia_dgx_station_playbook() -> None:
+    """GB300: the profile IDs and names NVIDIA's DGX Station MIG playbook lists (driver R59x), the PCI ids the PCI ID
+    Repository names GB300, the R595 MIG minimum of the MIG User Guide r620."""
+    gb300 = catalog.model("GB300")
+    assert gb300 is not None and gb300.mig is not None and catalog.model("gb300") == gb300
+    assert gb300.pci_device_ids == ("0x31C210DE", "0x31C310DE", "0x31A110DE")
+    assert {p.id: p.name for p in gb300.mig.profiles} == {
+        19: "1g.35gb", 20: "1g.35gb+me", 15: "1g.70gb", 14: "2g.70gb", 9: "3g.139gb", 5: "4g.139gb", 0: "7g.278gb"}
+    assert (gb300.min_driver, gb300.mig.min_driver) == ("580.82.07", "595.58.03")
+
+
+def test_gb300_layouts_the_playbook_names() -> None:
+    """The playbook's layouts. 3g + 2 x 1g.70gb fits. 3g + 2g + 2g created in that order (``-cgi 9,14,14``) fails, the
+    playbook says, because no 2g start is left after a 3g at 0; planned by placement it fits with the 3g at 4."""
+    table = _table("GB300")
+    placements = mig.plan(table, mig.parse_layout("3g.139gb + 1g.70gb x2"))
+    assert [(p.profile, p.start, p.size) for p in placements] == [
+        ("3g.139gb", 0, 4), ("1g.70gb", 4, 2), ("1g.70gb", 6, 2)]
+    placements = mig.plan(table, mig.parse_layout("3g.139gb + 2g.70gb x2"))
+    assert [(p.profile, p.start, p.size) for p in placements] == [
+        ("2g.70gb", 0, 2), ("2g.70gb", 2, 2), ("3g.139gb", 4, 4)]
+    with pytest.raises(MigLayoutError) as info:
+        mig.plan(table, mig.parse_layout("3g.139gb + 2g.70gb x2 + 1g.35gb"))
+    assert info.value.profile == "1g.35gb"
