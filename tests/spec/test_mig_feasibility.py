@@ -177,6 +177,12 @@ def test_gb300_table_matches_nvidia_dgx_station_playbook() -> None:
     assert (gb300.min_driver, gb300.mig.min_driver) == ("580.82.07", "595.58.03")
 
 
+def test_blackwell_ultra_mig_minimums_follow_the_mig_user_guide_r620() -> None:
+    """r620's Deployment Considerations: B300 R580 (>= 580.82.07), GB300 (DGX Station) R595 (>= 595.58.03)."""
+    minimums = {key: catalog.model(key).mig.min_driver for key in ("B300", "GB300")}  # type: ignore[union-attr]
+    assert minimums == {"B300": "580.82.07", "GB300": "595.58.03"}
+
+
 def test_gb300_layouts_the_playbook_names() -> None:
     """The playbook's layouts. 3g + 2 x 1g.70gb fits. 3g + 2g + 2g created in that order (``-cgi 9,14,14``) fails, the
     playbook says, because no 2g start is left after a 3g at 0; planned by placement it fits with the 3g at 4."""
