@@ -1,46 +1,83 @@
-"""``rollout plan``: per node, what a rollout would change, what that disrupts, and the batch it goes in.
+"""``rollout``: plan a rolling change, run it, or show where each node stands.
 
-    gpu-provision rollout plan [INVENTORY] [--cluster FILE] [--limit NODE]... [--max-parallel N]
-                               [--max-unavailable N|P%] [--json]
+    gpu-provision rollout [run|plan|status] [INVENTORY] [--cluster FILE] [--limit NODE]... [--max-parallel N]
+                          [--max-unavailable N|P%] [--retry-failed] [--json]
 
-The changes come from one probe per node through the fleet runner (as ``drift``); the batches follow the cluster
-file's ``cluster.rollout`` settings unless ``--max-parallel`` or ``--max-unavailable`` override them. Nothing is
-changed. Exit status: 0 nothing to roll, 1 changes planned, 2 a node not reached or not fully compared, or a bad
-cluster file.
+``plan`` compares every node with the cluster file (one probe per node, as ``drift``), classes each change by what
+it disrupts and shows the batches; nothing is changed. ``run`` (the default) carries the plan out: changes that
+disrupt nothing on every node at once, the others in batches with each node cordoned, its GPU jobs waited for,
+its GPU pods evicted (or drained), its deploy run (a reboot when needed and allowed), verified and uncordoned only
+when verification passed; each node's state is recorded as the ``gpu-provision.io/rollout-state`` label (or a
+state file outside Kubernetes). Ctrl-C lets the nodes in flight reach a safe state and stops. ``status`` shows the
+recorded states. See docs/rollout.md.
+
+Exit status: plan: 0 nothing to roll, 1 changes planned; run: 0 every node done, 1 a node failed or nodes were
+left (stopped at max_unavailable, interrupted); status: 0 every node done or untouched, 1 a node failed or is in
+progress; 2 in every action: a node not reached or not fully compared, or a bad cluster file.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
+from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, say, use_cluster
+
+ACTIONS = ("run", "plan", "status")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``rollout`` command."""
     p = add_command(
-        sub, "rollout", "plan a rolling change: per node its changes, what they disrupt, and the batches "
-        "(exit 0 nothing to roll, 1 changes planned, 2 error)",
-        "Compare every node with the cluster file (one remote command per node, nothing is changed), class each "
-        "change by what it disrupts (none, runtime-restart, gpu-idle, reboot) and plan the batches a rollout uses: "
-        "nodes whose changes disrupt nothing all at once in batch 0, control-plane nodes alone, the others in "
-        "batches of at most max_parallel nodes and max_unavailable nodes of a node group.",
+        sub, "rollout", "roll a change across the fleet in batches: cordon, wait for GPU jobs, evict, change, "
+        "verify, uncordon (plan: show the batches; status: recorded states)",
+        "run (the default): compare every node with the cluster file, change the nodes whose changes disrupt "
+        "nothing all at once, and the others in batches of at most max_parallel nodes and max_unavailable nodes "
+        "of a node group, each cordoned, its GPU jobs waited for (rollout.wait_for_jobs), its GPU pods evicted "
+        "through the Eviction API (PodDisruptionBudgets respected) or drained, its deploy run (rebooting when "
+        "needed and allowed by driver.reboot and the kernel guard), verified, and uncordoned only when "
+        "verification passed. A failed node stays cordoned with the reason; once failed nodes reach "
+        "max_unavailable the rollout stops; running it again resumes (--retry-failed retries failed nodes). "
+        "plan: the changes, their classes (none, runtime-restart, gpu-idle, reboot) and the batches, nothing "
+        "changed. status: each node's recorded state (label gpu-provision.io/rollout-state, or "
+        "/var/lib/gpu-provision/rollout-state.json outside Kubernetes).",
         ["gpu-provision rollout plan --cluster site/cluster.yaml",
-         "gpu-provision rollout plan inventory.py --max-parallel 2 --max-unavailable 50%",
-         "gpu-provision rollout plan --cluster site/cluster.yaml --limit gpu-01,gpu-02 --json"],
-        findings="changes are planned", errors="a node not reached or not fully compared, or a bad cluster file")
-    p.add_argument("action", choices=["plan"], help="plan: show the changes, their classes and the batches")
-    add_fleet_options(p, "seconds the probe may run on a node (default: 120)")
+         "gpu-provision rollout --cluster site/cluster.yaml --max-parallel 2 --max-unavailable 50%",
+         "gpu-provision rollout run inventory.py --limit gpu-01,gpu-02 --retry-failed",
+         "gpu-provision rollout status --cluster site/cluster.yaml --json"],
+        findings="changes planned; a node failed or left; a node failed or in progress",
+        errors="a node not reached or not fully compared, or a bad cluster file")
+    p.add_argument("action", nargs="?", default="run", metavar="{run,plan,status}",
+                   help="run (default): carry the rollout out; plan: show it; status: the recorded states")
+    add_fleet_options(p, "seconds the probe may run on a node (default: 120; a node's change is not bounded)")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="nodes changed at once (default: the cluster file's rollout.max_parallel)")
     p.add_argument("--max-unavailable", default=None, metavar="N|P%",
                    help="nodes of a node group down at once, a count or a percentage (default: the cluster "
                         "file's rollout.max_unavailable)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="roll nodes an earlier run left in upgrade-failed again (default: skip them; they still "
+                        "count against max_unavailable)")
+    p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds between two looks at the pods or containers a node waits for (default: 5)")
+    p.add_argument("--report-dir", default="reports/verify",
+                   help="where each node's verification report is kept (default: %(default)s)")
     p.set_defaults(handler=run)
 
 
+def _action(args: argparse.Namespace) -> str:
+    """The action, with ``rollout INVENTORY`` read as ``rollout run INVENTORY``."""
+    from gpu_provision.errors import GpuProvisionError
+
+    if args.action in ACTIONS:
+        return str(args.action)
+    if args.inventory != "inventory.py":
+        raise GpuProvisionError(f"rollout: unknown action {args.action!r} (actions: {', '.join(ACTIONS)})")
+    args.inventory = args.action
+    return "run"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Plan the rollout and print it; returns the exit status."""
+    """Plan, run or show the rollout; returns the exit status."""
     # Parallel SSH runs in gevent greenlets, which need sockets patched before any connection is made.
     from gevent import monkey
 
@@ -54,8 +91,11 @@ def run(args: argparse.Namespace) -> int:
     from gpu_provision.rollout.batches import parse_max_unavailable
     from gpu_provision.rollout.plan import plan_rollout
 
+    action = _action(args)
     if args.max_parallel is not None and args.max_parallel < 1:
         raise GpuProvisionError(f"--max-parallel: expected at least 1, got {args.max_parallel}")
+    if args.poll <= 0:
+        raise GpuProvisionError(f"--poll: expected more than 0 seconds, got {args.poll}")
     unavailable = None if args.max_unavailable is None else parse_max_unavailable(args.max_unavailable)
     use_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
@@ -63,9 +103,46 @@ def run(args: argparse.Namespace) -> int:
     hosts = list(inventory)
     if not hosts:
         raise GpuProvisionError(f"{args.inventory}: the inventory has no hosts")
+    cluster = cluster_for(hosts[0])
     _quiet_pyinfra()
+    if action == "status":
+        return _status(args, cluster, settings)
     report = check_fleet(inventory, load_stages(), settings, progress=progress())
-    plan = plan_rollout(report, cluster_for(hosts[0]), args.max_parallel, unavailable)
-    emit(args, plan.to_json(), plan.render)
-    return plan.exit_status
+    plan = plan_rollout(report, cluster, args.max_parallel, unavailable)
+    if action == "plan":
+        emit(args, plan.to_json(), plan.render)
+        return plan.exit_status
+    return _roll(args, cluster, settings, plan, unavailable)
 
+
+def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable) -> int:  # type: ignore[no-untyped-def]
+    """Carry the plan out with SIGINT turned into a safe stop."""
+    import contextlib
+
+    from gpu_provision.rollout.engine import interrupt_on_sigint
+    from gpu_provision.rollout.execute import Fleet, policy_of, roll
+
+    fleet = Fleet(args.inventory, cluster, settings, report_dir=args.report_dir)
+    policy = policy_of(cluster, args.max_parallel, unavailable, poll=args.poll)
+    with contextlib.ExitStack() as stack:
+        report = roll(fleet, plan, policy, args.retry_failed, log=say,
+                      on_rollout=lambda r: stack.enter_context(interrupt_on_sigint(r)))
+    emit(args, report.to_json(), report.render)
+    if any(n.status in ("not-checked", "error") for n in plan.nodes):
+        return 2
+    return report.exit_status
+
+
+def _status(args: argparse.Namespace, cluster, settings) -> int:  # type: ignore[no-untyped-def]
+    """Each node's recorded rollout state."""
+    from gpu_provision.fleet import chosen_hosts
+    from gpu_provision.rollout.execute import Fleet
+    from gpu_provision.rollout.status import status_doc, status_exit, status_text
+
+    fleet = Fleet(args.inventory, cluster, settings, report_dir=None)
+    names = [h.name for h in chosen_hosts(fleet.inventory, settings.limit)]
+    nodes = {n["metadata"]["name"]: n for n in fleet.kube.nodes()} if fleet.kube else {}
+    recorded = fleet.recorded(names)
+    doc = status_doc(names, recorded, nodes)
+    emit(args, doc, lambda: status_text(doc))
+    return status_exit(doc)

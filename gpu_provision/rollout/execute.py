@@ -1,0 +1,287 @@
+"""The rollout over SSH: the engine (:mod:`.engine`) wired to the fleet runner, the nodes' deploy and kubectl.
+
+* Kubernetes: ``kubectl --kubeconfig=/etc/kubernetes/admin.conf`` on the cluster file's first control-plane node,
+  one command per call through :func:`gpu_provision.fleet.run_fleet` on an inventory of its own (so its connection
+  never meets the nodes being changed), one call at a time.
+* Nodes: each batch is one fleet run over its nodes; each node's work runs in its own greenlet on its own
+  connection: the state file, GPU containers, the GPU clients (the units :mod:`gpu_provision.node.mig.holders`
+  names) stopped around the change, the node's deploy (every stage but ``verify``, through
+  :meth:`gpu_provision.fleet.Reached.apply`, which reboots the node when its driver needs it and the kernel guard
+  allows it), then the ``verify`` stage as the verification phase.
+* What to roll: drift's differences per node (:func:`gpu_provision.rollout.plan.plan_rollout`) and each node's
+  recorded state, so a re-run skips done nodes, resumes nodes left in progress and retries failed ones only when
+  asked.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyinfra.api import Inventory, StringCommand
+from pyinfra.context import ctx_host, ctx_state
+
+from gpu_provision.errors import GpuProvisionError
+from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet
+from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
+from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
+from gpu_provision.rollout.engine import NodeOps, Outcome, Policy, Report, Rollout, Target
+from gpu_provision.rollout.kubectl import KubectlApi
+from gpu_provision.rollout.plan import RolloutPlan
+from gpu_provision.rollout.states import DONE, FAILED, STATE_FILE, Record, record_from_file, record_from_node
+from gpu_provision.spec.model import Cluster
+
+KUBECONFIG = "/etc/kubernetes/admin.conf"
+#: Stages the change runs; ``verify`` is the verification phase after it.
+CHANGE_STAGES = ("preflight", "driver", "runtime", "toolkit", "permissions", "mig", "kubernetes")
+#: Never stopped on a control-plane node: its kubelet runs the API server's static pods.
+CONTROL_PLANE_KEEPS = ("kubelet.service",)
+
+
+def policy_of(cluster: Cluster, max_parallel: int | None = None,
+              max_unavailable: int | str | None = None, poll: float = 5.0) -> Policy:
+    """The engine's policy from the cluster file's ``rollout`` settings and the command line's overrides."""
+    r = cluster.rollout
+    return Policy(max_parallel=r.max_parallel if max_parallel is None else max_parallel,
+                  max_unavailable=r.max_unavailable if max_unavailable is None else max_unavailable,
+                  wait_timeout=r.wait_for_jobs.timeout, pod_selector=r.wait_for_jobs.pod_selector,
+                  deletion_timeout=r.pod_deletion.timeout, deletion_force=r.pod_deletion.force,
+                  deletion_empty_dir=r.pod_deletion.delete_empty_dir, drain_enable=r.drain.enable,
+                  drain_timeout=r.drain.timeout, drain_force=r.drain.force,
+                  drain_empty_dir=r.drain.delete_empty_dir, gpu_containers=r.gpu_containers, poll=poll)
+
+
+def _run(reached: Reached, command: str, stdin: str | None = None) -> tuple[bool, str, str]:
+    """One shell command on a reached host (sudo when the login is not root): ok, stdout, stderr."""
+    host = reached.host
+    extra: dict[str, Any] = {"_sudo": True} if host.data.get("_sudo") else {}
+    if stdin is not None:
+        extra["_stdin"] = stdin
+    with ctx_state.use(reached.state), ctx_host.use(host):
+        ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False, **extra)
+    out = "\n".join(str(getattr(line, "line", line)) for line in output.stdout_lines)
+    err = "\n".join(str(getattr(line, "line", line)) for line in output.stderr_lines)
+    return bool(ok), out, err
+
+
+class RemoteKubectl:
+    """``kubectl`` on a control-plane node: each call one fleet run over that node alone, one call at a time."""
+
+    def __init__(self, inventory_path: str, control_plane: str, settings: FleetSettings) -> None:
+        self.inventory = load_inventory(inventory_path)
+        self.control_plane = control_plane
+        self.settings = FleetSettings(settings.parallel, settings.connect_timeout, settings.command_timeout,
+                                      (control_plane,))
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self, args: list[str], stdin: str | None = None) -> tuple[int, str, str]:
+        """Run ``kubectl ARGS``; exit status 255 with the reason when the control plane cannot be reached."""
+        command = f"kubectl --kubeconfig={KUBECONFIG} " + " ".join(shlex.quote(a) for a in args)
+        with self.lock:
+            self.calls += 1
+            run = run_fleet(self.inventory, lambda reached: _run(reached, command, stdin), self.settings)
+        result = run.hosts[0]
+        if result.unreached is not None or result.value is None:
+            return 255, "", f"control plane {self.control_plane}: {result.unreached}"
+        ok, out, err = result.value
+        return (0 if ok else 1), out, err
+
+
+@dataclass
+class RemoteNode:
+    """:class:`gpu_provision.rollout.engine.NodeOps` on one reached node."""
+
+    reached: Reached
+    control_plane: bool = False
+    report_dir: str | None = None
+
+    def _last_error(self, err: str) -> str:
+        lines = [line for line in err.splitlines() if line.strip()]
+        return " / ".join(lines[-3:]) or self.reached.log.last_error or "failed with no message"
+
+    def recorded(self) -> Record | None:
+        """The state file, None when there is none."""
+        ok, out, _ = _run(self.reached, f"cat {STATE_FILE} 2>/dev/null || true")
+        return record_from_file(out) if ok and out.strip() else None
+
+    def record(self, record: Record) -> None:
+        """Write the state file atomically (a temporary file in the same directory, synced, renamed)."""
+        folder = STATE_FILE.rsplit("/", 1)[0]
+        ok, _, err = _run(self.reached, f"umask 022 && mkdir -p {folder} && cat > {STATE_FILE}.tmp && "
+                                        f"sync {STATE_FILE}.tmp && mv -f {STATE_FILE}.tmp {STATE_FILE}",
+                          stdin=json.dumps(record.to_json()) + "\n")
+        if not ok:
+            raise GpuProvisionError(f"cannot write {STATE_FILE}: {self._last_error(err)}")
+
+    def gpu_containers(self) -> list[Container]:
+        """GPU containers running through docker or ctr."""
+        ok, out, err = _run(self.reached, LIST_COMMAND)
+        if not ok:
+            raise GpuProvisionError(f"cannot list the containers: {self._last_error(err)}")
+        return parse_listing(out)
+
+    def stop_container(self, container: Container) -> None:
+        """Stop one container as its runtime does."""
+        ok, _, err = _run(self.reached, container.stop_command())
+        if not ok:
+            raise GpuProvisionError(f"cannot stop {container.describe()}: {self._last_error(err)}")
+
+    def _holders(self) -> list[str]:
+        units = sorted(MODE_HOLDERS)
+        _, out, _ = _run(self.reached, "systemctl is-active " + " ".join(units) + " 2>/dev/null || true")
+        held = holding(dict(zip(units, out.split(), strict=False)))
+        keep = CONTROL_PLANE_KEEPS if self.control_plane else ()
+        return [u for u in MODE_HOLDERS if u in held and u not in keep]
+
+    def change(self) -> str | None:
+        """Stop the GPU clients, run the deploy's stages but verify on this node, start the clients again."""
+        from gpu_provision.stages.pipeline import gpu_node
+
+        stopped = self._holders()
+        if stopped:
+            ok, _, err = _run(self.reached, "systemctl stop " + " ".join(stopped))
+            if not ok:
+                return f"cannot stop the GPU clients {', '.join(stopped)}: {self._last_error(err)}"
+        try:
+            _, ok = self.reached.apply(gpu_node, stages=list(CHANGE_STAGES), report_dir=None)
+        except Exception as exc:  # pyinfra raises for a host it lost (a reboot that never came back)
+            ok, reason = False, f"{type(exc).__name__}: {exc}"
+        else:
+            reason = "" if ok else f"the deploy failed: {self.reached.log.last_error or 'see its output'}"
+        if stopped:
+            # Started again unless the change already did (or a reboot did, for enabled units).
+            _run(self.reached, "for u in " + " ".join(stopped) + "; do systemctl is-active -q $u || "
+                 "systemctl start $u; done; true")
+        return reason or None
+
+    def verify(self) -> str | None:
+        """The verification phase: the ``verify`` stage's report; None when the node passed."""
+        from gpu_provision.verify.collect import verify_host
+
+        report = verify_host(self.reached, report_dir=self.report_dir)
+        if report is None or report.get("status") == "pass":
+            return None
+        failed = next((c for c in report.get("checks", []) if c.get("status") == "fail"), None)
+        if failed:
+            return f"{failed.get('id')}: {failed.get('reason')}"
+        return str(report.get("error") or f"status {report.get('status')}")
+
+
+def control_plane_of(cluster: Cluster, inventory: Inventory) -> str | None:
+    """The first control-plane node of the cluster file that the inventory has, None when Kubernetes is off."""
+    if not cluster.kubernetes.enabled:
+        return None
+    names = {h.name for h in inventory}
+    for node in cluster.nodes:
+        if node.role == "control-plane" and node.name in names:
+            return node.name
+    raise GpuProvisionError("kubernetes is enabled but the inventory has no control-plane node to run kubectl on")
+
+
+class Fleet:
+    """The rollout's view of the fleet: the node inventory, kubectl on a control plane, and the batch runner."""
+
+    def __init__(self, inventory_path: str, cluster: Cluster, settings: FleetSettings,
+                 report_dir: str | None = "reports/verify") -> None:
+        self.inventory = load_inventory(inventory_path)
+        self.cluster = cluster
+        self.settings = settings
+        self.report_dir = report_dir
+        control_plane = control_plane_of(cluster, self.inventory)
+        self.kubectl = RemoteKubectl(inventory_path, control_plane, settings) if control_plane else None
+        self.kube = KubectlApi(self.kubectl) if self.kubectl else None
+
+    def node_settings(self, names: Iterable[str]) -> FleetSettings:
+        """The runner's settings for a batch: those nodes, no bound on a command (a deploy may reboot)."""
+        return FleetSettings(self.settings.parallel, self.settings.connect_timeout, None, tuple(names))
+
+    def run_batch(self, names: list[str], work: Callable[[str, NodeOps], Outcome]) -> Mapping[str, Outcome]:
+        """One fleet run over ``names``, each node's ``work`` on its own connection."""
+        roles = {n.name: n.role for n in self.cluster.nodes}
+
+        def one(reached: Reached) -> Outcome:
+            name = reached.host.name
+            return work(name, RemoteNode(reached, roles.get(name) == "control-plane", self.report_dir))
+
+        run = run_fleet(self.inventory, one, self.node_settings(names))
+        return {r.name: r.value if r.value is not None else Outcome(r.name, "failed", r.unreached or "not reached")
+                for r in run.hosts}
+
+    def recorded(self, names: Iterable[str]) -> dict[str, Record | None]:
+        """Each node's recorded state: Node labels for Kubernetes nodes, the state file for the others."""
+        names = list(names)
+        out: dict[str, Record | None] = {}
+        if self.kube is not None:
+            nodes = {n["metadata"]["name"]: n for n in self.kube.nodes()}
+            for name in names:
+                out[name] = record_from_node(nodes[name]) if name in nodes else None
+            return out
+
+        def read(reached: Reached) -> Record | None:
+            return RemoteNode(reached).recorded()
+
+        run = run_fleet(self.inventory, read, FleetSettings(self.settings.parallel, self.settings.connect_timeout,
+                                                            self.settings.command_timeout, tuple(names)))
+        for result in run.hosts:
+            if result.unreached is not None:
+                out[result.name] = Record("unknown", result.unreached)
+            else:
+                out[result.name] = result.value
+        return out
+
+
+def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Record | None],
+               retry_failed: bool) -> tuple[list[Target], list[Target]]:
+    """The nodes to roll (inventory order) and those a previous run failed that are not retried.
+
+    A node with changes is rolled; a node without changes but left in progress (or failed, with
+    ``retry_failed``) is resumed: its remaining steps are no-ops up to verification and uncordon. A node not
+    compared (unreachable) is not rolled and counts as failed.
+    """
+    kubernetes = cluster.kubernetes.enabled
+    roll: list[Target] = []
+    skipped: list[Target] = []
+    for node in plan.nodes:
+        previous = recorded.get(node.name)
+        target = Target(node.name, node.disruption, node.group or "", node.role == "control-plane", kubernetes,
+                        tuple(str(c.difference) for c in node.changes), previous)
+        if node.status in ("not-checked", "error"):
+            skipped.append(Target(node.name, "none", node.group or "", previous=Record(
+                FAILED, "not compared: " + "; ".join(node.problems))))
+        elif previous is not None and previous.state == FAILED and not retry_failed:
+            skipped.append(target)
+        elif node.status == "planned" or (previous is not None and previous.state not in (DONE, "unknown")):
+            roll.append(target)
+    return roll, skipped
+
+
+def group_sizes(cluster: Cluster) -> dict[str, int]:
+    """Nodes per node group in the cluster file (the base of percentage budgets, whatever ``--limit`` says)."""
+    sizes: dict[str, int] = {}
+    for node in cluster.nodes:
+        sizes[node.group or ""] = sizes.get(node.group or "", 0) + 1
+    return sizes
+
+
+def roll(fleet: Fleet, plan: RolloutPlan, policy: Policy, retry_failed: bool, log: Callable[[str], None],
+         on_rollout: Callable[[Rollout], Any] | None = None) -> Report:
+    """Run the rollout the plan describes; ``on_rollout`` receives the engine first (to hook SIGINT)."""
+    names = [n.name for n in plan.nodes]
+    recorded = fleet.recorded(names)
+    roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
+    rollout = Rollout(policy, fleet.kube, fleet.run_batch, log=log)
+    if on_rollout is not None:
+        on_rollout(rollout)
+    report = rollout.run(roll_targets, group_sizes(fleet.cluster), skipped)
+    for node in plan.nodes:
+        if node.name not in report.outcomes:
+            report.outcomes[node.name] = Outcome(node.name, "done", "nothing to change")
+    report.outcomes = {n: report.outcomes[n] for n in names if n in report.outcomes}
+    report.settings = {"max_parallel": policy.max_parallel, "max_unavailable": policy.max_unavailable,
+                       "retry_failed": retry_failed}
+    return report
