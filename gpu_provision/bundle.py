@@ -71,9 +71,7 @@ class F(importlib.abc.MetaPathFinder,importlib.abc.Loader):
         o=module.__spec__.origin
         exec(compile(Z.read(o),'<probe>/'+o,'exec'),module.__dict__)
 sys.meta_path.insert(0,F())
-from {package}.probe._cache import store
-store(Z,'{cache}','{digest}')
-from {package}.probe import main
+{store}from {package}.probe import main
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -234,20 +232,25 @@ def probe_digest() -> str:
     return hashlib.sha256(_probe_archive()).hexdigest()[:32]
 
 
+#: The lines of the full probe loader that keep the modules on the node (left out when nothing may be written).
+_STORE = "from {package}.probe._cache import store\nstore(Z,'{cache}','{digest}')\n"
+
+
 @cache
-def _probe_loader(cached: bool) -> str:
+def _probe_loader(cached: bool, keep: bool = True) -> str:
     if cached:
         return _CACHED_LOADER.format(cache=PROBE_CACHE, digest=probe_digest(), package=PACKAGE,
                                      miss=json.dumps(CACHE_MISS))
-    return _PROBE_LOADER.format(archive=base64.b64encode(_probe_archive()).decode(), package=PACKAGE,
-                                cache=PROBE_CACHE, digest=probe_digest())
+    store = _STORE.format(package=PACKAGE, cache=PROBE_CACHE, digest=probe_digest()) if keep else ""
+    return _PROBE_LOADER.format(archive=base64.b64encode(_probe_archive()).decode(), package=PACKAGE, store=store)
 
 
-def probe_command(request: dict, cached: bool = False) -> str:
+def probe_command(request: dict, cached: bool = False, keep: bool = True) -> str:
     """The shell command that runs the probe for ``request`` (section name -> that section's arguments).
 
     The full form (default) carries the probe's modules and keeps a copy on the node; ``cached`` gives the short
     form that runs that copy, or prints :data:`CACHE_MISS` where there is none. Either is one command.
+    ``keep=False`` gives a full form that writes nothing on the node (the read-only conformance suite's probe).
     """
-    loader = _probe_loader(cached)
+    loader = _probe_loader(cached, keep)
     return f"python3 -c {shlex.quote(loader)} {shlex.quote(json.dumps(request, sort_keys=True))}"

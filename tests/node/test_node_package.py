@@ -205,3 +205,16 @@ def test_entry_points_in_a_checkout() -> None:
                           capture_output=True, text=True, timeout=60, cwd=root)
     assert done.returncode == 0 and json.loads(done.stdout) == {"services": {}}, done.stderr
     assert set(entries.ENTRIES) == {"probe", "verify", "mig-apply", "diagnose"}
+
+
+def test_probe_command_that_keeps_nothing_answers_the_same(tmp_path: Path) -> None:
+    """``keep=False`` (the conformance suite's read-only probe): the same answer, and no step that writes the
+    modules' copy on the node."""
+    request = {"accounts": {"users": ["root"], "groups": ["root"]}}
+    kept, read_only = bundle.probe_command(request), bundle.probe_command(request, keep=False)
+    assert "store(" in kept and "_cache" in kept
+    assert "store(" not in read_only and "_cache" not in read_only
+    answers = [subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+               for command in (kept, read_only)]
+    assert [a.returncode for a in answers] == [0, 0], [a.stderr for a in answers]
+    assert json.loads(answers[0].stdout) == json.loads(answers[1].stdout)

@@ -83,6 +83,25 @@ def test_product_wheel_holds_what_the_product_reads_at_run_time(wheel: Path) -> 
 
 
 @pytest.mark.slow
+def test_product_wheel_ships_the_conformance_suite_as_a_pytest_plugin(wheel: Path) -> None:
+    """``pytest --pyargs gpu_provision.conformance --cluster FILE`` from the installed wheel: the suite's modules,
+    its options through the ``pytest11`` entry point, pytest and testinfra as the ``conformance`` extra only."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        info = next(n.rsplit("/", 1)[0] for n in names if n.endswith(".dist-info/METADATA"))
+        entry_points = archive.read(f"{info}/entry_points.txt").decode()
+        metadata = archive.read(f"{info}/METADATA").decode()
+    suite = {f"gpu_provision/conformance/{m}.py" for m in ("__init__", "plugin", "conftest", "expect", "checks",
+                                                             "test_node")}
+    assert sorted(suite - names) == []
+    assert "[pytest11]\ngpu_provision.conformance.plugin = gpu_provision.conformance.plugin" in entry_points
+    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert "Requires-Dist: pytest-testinfra>=10; extra == \"conformance\"" in requires
+    assert not [r for r in requires if "testinfra" in r and "extra" not in r]
+    assert not [r for r in requires if "pyinfra-testing" in r or "nvidia-ml-py" in r and "extra" in r]
+
+
+@pytest.mark.slow
 def test_sdist_holds_the_entry_files_examples_and_docs(dists: tuple[Path, Path]) -> None:
     _, sdist = dists
     with tarfile.open(sdist) as archive:
