@@ -28,7 +28,7 @@ class FakeHost:
         self.replies = replies or {}
         self.probes = 0
 
-    def get_fact(self, fact: Any, *args: Any) -> dict[str, Any]:
+    def get_fact(self, fact: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         self.probes += 1
         return self.raw
 

@@ -15,6 +15,7 @@ have lost its copy, the short command says so and the full one follows.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,12 @@ class NodeState(FactBase):
     def requires_command(self, *args: Any, **kwargs: Any) -> str:
         return "python3"
 
-    def command(self, request_json: str, cached: bool = False) -> str:  # type: ignore[override]
-        return bundle.probe_command(Request.from_json(request_json).to_probe(), cached=cached)
+    def command(self, request_json: str, cached: bool = False,  # type: ignore[override]
+                budget: float | None = None) -> str:
+        probe = Request.from_json(request_json).to_probe()
+        if budget:
+            probe["budget"] = budget
+        return bundle.probe_command(probe, cached=cached)
 
     def process(self, output: list[str]) -> dict[str, Any]:  # type: ignore[override]
         return json.loads("\n".join(output))
@@ -88,15 +93,43 @@ def _record(host: Any) -> Path | None:
     return record_dir() / f"{user}@{address}:{port}".replace("/", "_")
 
 
+#: The share of the probe's timeout it spends reading the node; the rest is for starting Python and the answer's way
+#: back, so the probe answers (with its timed-out readings) before the controller gives up on the command.
+BUDGET_SHARE = 0.8
+
+
+def probe_timeout(host: Any) -> int:
+    """Seconds the probe command may take on ``host``: pyinfra's ``_timeout`` data where given (the fleet
+    commands' ``--command-timeout``, ``--data _timeout=N``), else the node's ``ssh.probe_timeout``.
+
+    A deploy's operations carry the much longer command timeout; the probe passes its own explicitly, so reading
+    a node is bounded the same in every stage and in drift.
+    """
+    from gpu_provision.inventory import node_for
+    from gpu_provision.spec.settings import default
+
+    data = getattr(host, "data", None)
+    given = data.get("_timeout") if data is not None else None
+    if given:
+        return math.ceil(float(given))  # pyinfra's _timeout argument is a whole number of seconds
+    try:
+        return int(node_for(host).ssh.probe_timeout)
+    except Exception:  # a host outside the cluster file keeps the default
+        return int(default("cluster.ssh.probe_timeout"))
+
+
 def _probe(host: Any, request: Request) -> Any:
-    """The probe's answer, through the short command where the node holds the modules, else the full one."""
+    """The probe's answer, through the short command where the node holds the modules, else the full one; the
+    command is bounded by :func:`probe_timeout` and the probe on the node by :data:`BUDGET_SHARE` of it."""
     record = _record(host)
+    timeout = probe_timeout(host)
+    bounds = {"budget": round(timeout * BUDGET_SHARE, 1), "_timeout": timeout}
     if record is not None and record.exists():
-        raw = host.get_fact(NodeState, request.to_json(), True)
+        raw = host.get_fact(NodeState, request.to_json(), True, **bounds)
         if raw != bundle.CACHE_MISS:
             return raw
         record.unlink(missing_ok=True)
-    raw = host.get_fact(NodeState, request.to_json())
+    raw = host.get_fact(NodeState, request.to_json(), **bounds)
     if record is not None and isinstance(raw, dict) and raw:
         try:
             record.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from pyinfra.operations import server
 
 from gpu_provision.facts.state import invalidate, node_state
 from gpu_provision.operations import atomic
+from gpu_provision.spec.settings import default
 from gpu_provision.state import NodeStateData, Request
 
 #: Written when a node needs a reboot it may not take by itself (gone after the reboot: /var/run is a tmpfs).
@@ -56,6 +57,24 @@ def mark_changed(target: Any) -> None:
     """
     if getattr(target.state, "is_executing", False):
         invalidate(target)
+
+
+def deploy_timeout(target: Any) -> int:
+    """Seconds each remote command of a deploy on ``target`` may run: pyinfra's ``_timeout`` data where given
+    (``--data _timeout=N``, ``group_data/``), else the node's ``ssh.command_timeout`` from the cluster file.
+
+    Deploys pass it as their ``_timeout`` global argument, which pyinfra gives every operation inside and every
+    command those run, so a command that hangs on a node fails that node instead of holding the run forever.
+    """
+    from gpu_provision.inventory import node_for
+
+    given = target.data.get("_timeout")
+    if given:
+        return int(given)
+    try:
+        return int(node_for(target).ssh.command_timeout)
+    except Exception:  # a host outside the cluster file (pyinfra @local without GPU_PROVISION_NODE) keeps the default
+        return int(default("cluster.ssh.command_timeout"))
 
 
 def fail_command(reason: str) -> str:

@@ -59,6 +59,8 @@ class SshSettings:
     known_hosts: str | None = None
     strict_host_key_checking: bool = default("cluster.ssh.strict_host_key_checking")
     connect_timeout: int = default("cluster.ssh.connect_timeout")
+    command_timeout: int = default("cluster.ssh.command_timeout")
+    probe_timeout: int = default("cluster.ssh.probe_timeout")
 
 
 @dataclass(frozen=True)

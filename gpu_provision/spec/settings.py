@@ -127,6 +127,13 @@ _ssh = _obj(
         "strict_host_key_checking": _b("Refuse unknown or changed host keys.", default=True),
         "connect_timeout": _i("Seconds to wait for a node to answer before reporting it unreachable.",
                               minimum=1, maximum=600, default=10),
+        "command_timeout": _i("Seconds one remote command of a deploy may run (a package install, kubeadm, a MIG "
+                              "change) before its node fails; pyinfra's _timeout data (--data _timeout=N) "
+                              "overrides it.", minimum=10, maximum=86400, default=3600),
+        "probe_timeout": _i("Seconds the node probe (the one command that reads what every stage compares, in "
+                            "deploys and drift) may take; each command it runs on the node may take at most a "
+                            "fifth of it and reads as timed out when it takes longer.", minimum=10, maximum=3600,
+                            default=120),
     },
 )
 

@@ -275,8 +275,9 @@ def standalone() -> None:
     registered first, so a converged node is read once per phase rather than once per operation.
 
     Called from deploy code for the current host (a plain function, so operation names keep the stage's name).
+    Every command of the stage is bounded by the node's ``ssh.command_timeout`` (:func:`commands.deploy_timeout`).
     """
     node = node_for(host)
     cluster = cluster_for(host)
     commands.use_request(commands.this_host(), request(node, cluster))
-    kubernetes()
+    kubernetes(_timeout=commands.deploy_timeout(host))

@@ -82,7 +82,6 @@ def barrier(stage: str):
     yield  # an operation is a generator
 
 
-@deploy("GPU node")
 def gpu_node(stages: Sequence[str] | None = None, report_dir: str | None = "reports/verify") -> None:
     """Bring one node to the cluster file's state: stages in order, one probe per phase when converged.
 
@@ -92,7 +91,15 @@ def gpu_node(stages: Sequence[str] | None = None, report_dir: str | None = "repo
 
     The node's run lock (:mod:`gpu_provision.operations.lock`) is taken before anything else, renewed before every
     stage and released at the end (or when the node fails): a second run on the node stops before changing it.
+    Every remote command is bounded by :func:`~gpu_provision.operations.commands.deploy_timeout` (the node's
+    ``ssh.command_timeout``), the probe by its own ``ssh.probe_timeout``.
     """
+    _gpu_node(stages=stages, report_dir=report_dir, _timeout=commands.deploy_timeout(commands.this_host()))
+
+
+@deploy("GPU node")
+def _gpu_node(stages: Sequence[str] | None, report_dir: str | None) -> None:
+    """:func:`gpu_node`'s stages, as one deploy whose global arguments (the command timeout) reach them all."""
     names = set(chosen_stages(stages))
     node, cluster = node_for(host), cluster_for(host)
     commands.use_request(commands.this_host(), node_request(node, cluster))

@@ -1,6 +1,6 @@
 """Read-only checks before anything is installed; a node that fails them is stopped alone, with its reasons.
 
-Checks: supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
+Checks: every probe command answered in time, supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
 are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
 devices against the GPUs the file expects, nouveau (a warning: the driver stage blacklists it), and the kernel guard
 (a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.rollout.kernel`).
@@ -148,9 +148,19 @@ def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return []
 
 
+def _probe_findings(state: NodeStateData) -> list[Finding]:
+    """Commands the probe gave up on (``ssh.probe_timeout``): the stages would otherwise act on readings that are
+    missing, not negative (a package that is there but could not be asked about)."""
+    late = [str(line) for line in state.raw.get("timed_out") or []]
+    if not late:
+        return []
+    return [Finding("probe", f"the node did not answer in time ({'; '.join(late[:3])}); nothing is changed on "
+                             "a partial reading: find what hangs there, or raise ssh.probe_timeout")]
+
+
 def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding]:
     """Every failed check (fatal) and warning for ``node``."""
-    out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
+    out = [*_probe_findings(state), *_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
            *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "

@@ -26,7 +26,7 @@ class ProbedHost:
         self.answers = {True: short, False: full}
         self.commands: list[str] = []
 
-    def get_fact(self, fact: Any, *args: Any) -> Any:
+    def get_fact(self, fact: Any, *args: Any, **kwargs: Any) -> Any:
         command = fact().command(*args)
         self.commands.append(command)
         return self.answers[bool(args[1:] and args[1])]

@@ -33,7 +33,7 @@ def test_execution_reprobes_after_a_change_only() -> None:
 def test_registered_request_is_read_by_the_first_operation() -> None:
     host = FakeHost({"files": {}}, executing=True)
     seen: list[Request] = []
-    host.get_fact = lambda fact, arg: (seen.append(Request.from_json(arg)), {"files": {}})[1]  # type: ignore[method-assign]
+    host.get_fact = lambda fact, arg, **bounds: (seen.append(Request.from_json(arg)), {"files": {}})[1]  # type: ignore[method-assign]
     commands.use_request(host, Request(packages={"docker.io"}, units={"docker.service"}))
     run_op(files.wants, host, [FileWant("/etc/a", content="a\n")])
     assert seen[0].packages == {"docker.io"} and "/etc/a" in seen[0].files

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,17 +77,18 @@ def test_the_probe_reads_dkms_status_old_and_new(monkeypatch: pytest.MonkeyPatch
             "nvidia, 535.183.01, 5.15.0-100-generic, x86_64: installed\n"
             "zfs/2.2.2, 6.8.0-50-generic, x86_64: installed\n")
 
-    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    # The probe runs its commands through its bounded runner: (exit status, output), None when it could not start.
+    def run(argv: list[str], timeout: Any = None, **kwargs: Any) -> tuple[int | None, str]:
         assert argv == ["dkms", "status"]
-        return subprocess.CompletedProcess(argv, 0, stdout=text)
+        return 0, text
 
-    monkeypatch.setattr(probe.subprocess, "run", run)
+    monkeypatch.setattr(probe._command, "run", run)
     assert probe._dkms_built() == {"6.8.0-45-generic", "5.15.0-100-generic"}
 
-    def missing(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        raise FileNotFoundError("dkms")
+    def missing(argv: list[str], timeout: Any = None, **kwargs: Any) -> tuple[int | None, str]:
+        return None, "[Errno 2] No such file or directory: 'dkms'"
 
-    monkeypatch.setattr(probe.subprocess, "run", missing)
+    monkeypatch.setattr(probe._command, "run", missing)
     assert probe._dkms_built() == set()
 
 

@@ -3,18 +3,25 @@
 The ``probe`` entry point reads the request (section name -> that section's arguments) from its first argument
 and prints one JSON object with the answer of every requested section. A section that fails answers
 ``{"error": "<Type>: <message>"}`` instead, so one broken reading never hides the others.
+
+The request's ``budget`` (seconds) bounds the whole run: every command a section runs goes through
+:mod:`._command`, and the commands that ran past their bound are listed under ``timed_out`` in the answer.
 """
 
 import importlib
 import json
 import sys
 
+from . import _command
+
 #: Every section, by module name; requested names that are not sections are ignored.
 SECTIONS = ("accounts", "files", "gpu", "kubernetes", "mig", "packages", "runtime", "services", "system")
 
 
 def collect(request):
-    """The answer of every section named in ``request``, a failing section's answer being its error."""
+    """The answer of every section named in ``request``, a failing section's answer being its error, within
+    ``request["budget"]`` seconds; ``timed_out`` lists the commands that did not finish in time (absent if none)."""
+    _command.start(request.get("budget"))
     out = {}
     for name in SECTIONS:
         if name not in request:
@@ -23,6 +30,8 @@ def collect(request):
             out[name] = importlib.import_module("." + name, __name__).collect(request[name])
         except Exception as exc:
             out[name] = {"error": type(exc).__name__ + ": " + str(exc)}
+    if _command.timed_out():
+        out["timed_out"] = _command.timed_out()
     return out
 
 

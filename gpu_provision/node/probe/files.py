@@ -17,6 +17,30 @@ def _name(table, ident):
         return str(ident)
 
 
+def _type(mode):
+    # Only regular files are opened: opening a FIFO someone put at a watched path would block the probe.
+    for test, name in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "link"), (stat.S_ISCHR, "char"),
+                       (stat.S_ISBLK, "block"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "other"
+
+
+def _read(path):
+    """SHA-256 of a regular file, read in chunks (memory stays bounded whatever its size), and its bytes when it
+    has at most ``MAX_CONTENT`` of them (else None). Opened without following a link swapped in since ``lstat``
+    and without blocking."""
+    digest, data, size = hashlib.sha256(), [], 0
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+            if size <= MAX_CONTENT:
+                data.append(chunk)
+    return digest.hexdigest(), b"".join(data) if size <= MAX_CONTENT else None
+
+
 def collect(request):
     """``request``: ``{"paths": [...], "content": [...]}`` (paths whose text is returned too, when the file is
     UTF-8 text of at most ``MAX_CONTENT`` bytes)."""
@@ -31,22 +55,18 @@ def collect(request):
             continue
         entry = {
             "exists": True,
-            "type": "dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode)
-            else "char" if stat.S_ISCHR(st.st_mode) else "file",
+            "type": _type(st.st_mode),
             "mode": "%04o" % stat.S_IMODE(st.st_mode),
             "owner": _name(pwd.getpwuid, st.st_uid),
             "group": _name(grp.getgrgid, st.st_gid),
         }
         if entry["type"] == "file":
-            digest = hashlib.sha256()
-            with open(path, "rb") as f:
-                data = f.read()
-            digest.update(data)
-            entry["sha256"] = digest.hexdigest()
-            if path in want_content and len(data) <= MAX_CONTENT:
+            digest, head = _read(path)
+            entry["sha256"] = digest
+            if path in want_content and head is not None:
                 # Text only: a binary file's bytes would bloat the answer and no comparison or diff reads them.
                 with contextlib.suppress(UnicodeDecodeError):
-                    entry["content"] = data.decode("utf-8")
+                    entry["content"] = head.decode("utf-8")
         elif entry["type"] == "link":
             entry["target"] = os.readlink(path)
         out[path] = entry

@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 
+from . import _command
+
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
 KUBELET_CONF = "/etc/kubernetes/kubelet.conf"
 MANAGED = "app.kubernetes.io/managed-by=gpu-provision"
@@ -20,15 +22,10 @@ HASH_ANNOTATION = "gpu-provision/content-sha256"
 MANAGED_KINDS = ("namespaces,serviceaccounts,configmaps,resourcequotas,limitranges,roles.rbac.authorization.k8s.io,"
                  "rolebindings.rbac.authorization.k8s.io,clusterroles.rbac.authorization.k8s.io,"
                  "clusterrolebindings.rbac.authorization.k8s.io,daemonsets.apps,runtimeclasses.node.k8s.io")
-TIMEOUT = 30
 
 
 def _addresses():
-    try:
-        text = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, universal_newlines=True, check=False).stdout
-    except OSError:
-        return []
+    text = _command.output(["ip", "-4", "-o", "addr", "show", "scope", "global"])
     out = []
     for line in text.splitlines():
         fields = line.split()
@@ -49,15 +46,15 @@ def _features():
 
 
 def _kubectl(args):
-    argv = ["kubectl", "--kubeconfig", ADMIN_CONF, "--request-timeout", "%ds" % TIMEOUT] + args + ["-o", "json"]
-    try:
-        result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                                check=False, timeout=TIMEOUT + 5)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError("kubectl %s: %s" % (args[1], exc)) from None
-    if result.returncode != 0:
-        raise RuntimeError("kubectl %s: %s" % (args[1], " ".join(result.stderr.strip().splitlines()[-1:])))
-    return json.loads(result.stdout).get("items", [])
+    # kubectl's own request timeout a little inside the probe's bound, so that it usually says why itself.
+    seconds = max(1, int(_command.bound()) - 2)
+    argv = ["kubectl", "--kubeconfig", ADMIN_CONF, "--request-timeout", "%ds" % seconds] + args + ["-o", "json"]
+    rc, out = _command.run(argv, stderr=subprocess.PIPE)
+    if rc is None:
+        raise RuntimeError("kubectl %s: %s" % (args[1], out))
+    if rc != 0:
+        raise RuntimeError("kubectl %s: %s" % (args[1], " ".join(out.strip().splitlines()[-1:])))
+    return json.loads(out).get("items", [])
 
 
 def _kind_key(item):

@@ -16,9 +16,9 @@ import glob
 import json
 import os
 import re
-import subprocess
 
 from ..mig.nvsmi import parse_lci, parse_lgi, parse_lgip, parse_lgipp, sysfs_address
+from . import _command
 
 QUERY = "index,uuid,name,pci.bus_id,pci.device_id,mig.mode.current,mig.mode.pending"
 APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
@@ -27,14 +27,10 @@ VGPU_STATE_FILE = "/var/lib/gpu-provision/vgpu-types.json"
 _TYPE_LINE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*$")
 
 
-def run(args, timeout=60):
-    """Run a command; returns (exit status or None when it could not start, combined output)."""
-    try:
-        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              check=False, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, str(exc)
-    return proc.returncode, proc.stdout
+def run(args, timeout=None):
+    """Run a command, bounded (:func:`._command.run`): (exit status, or None when it could not start or timed out,
+    combined output)."""
+    return _command.run(args, timeout)
 
 
 def _mode(value):

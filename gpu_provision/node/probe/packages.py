@@ -1,15 +1,14 @@
 """Installed versions and holds of named packages (dpkg or rpm)."""
 
 import os
-import subprocess
+
+from . import _command
 
 
 def _run(argv):
-    try:
-        return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
-                              check=False).stdout
-    except OSError:
-        return ""
+    # A package query that times out raises (the section answers an error): a missing answer must not read as
+    # "not installed", which a deploy would act on.
+    return _command.output(argv)
 
 
 def collect(request):

@@ -7,7 +7,8 @@ import platform
 import re
 import shutil
 import stat
-import subprocess
+
+from . import _command
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
 DPKG_INFO = "/var/lib/dpkg/info"
@@ -21,12 +22,12 @@ RPM_DRIVER_PACKAGES = ("nvidia-driver", "nvidia-open", "cuda-drivers", "kmod-nvi
 
 
 def _run(argv):
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                              check=False, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+    # Output of a command that succeeded, None when it failed or is absent; one that times out raises (the section
+    # answers an error), so a hung tool never reads as "not installed".
+    rc, text = _command.run(argv)
+    if rc is None and text.startswith("timed out"):
+        raise _command.TimedOut(text)
+    return text if rc == 0 else None
 
 
 def _version(argv, pattern):

@@ -2,6 +2,8 @@
 
 import subprocess
 
+from . import _command
+
 
 def collect(request):
     """``request``: ``{"units": [...]}``; returns UnitFileState and ActiveState per unit, or None without systemd."""
@@ -9,11 +11,12 @@ def collect(request):
     out = {}
     if not units:
         return out
-    try:
-        text = subprocess.run(["systemctl", "show", "--property=Id,UnitFileState,ActiveState,LoadState"] + units,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True,
-                              check=False).stdout
-    except OSError:
+    # A systemctl that times out raises (the section answers an error) rather than report units as absent.
+    rc, text = _command.run(["systemctl", "show", "--property=Id,UnitFileState,ActiveState,LoadState"] + units,
+                            stderr=subprocess.DEVNULL)
+    if rc is None and text.startswith("timed out"):
+        raise _command.TimedOut(text)
+    if rc is None:
         return {u: None for u in units}
     blocks = [b for b in text.strip().split("\n\n") if b.strip()]
     for unit, block in zip(units, blocks):

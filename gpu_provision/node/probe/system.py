@@ -4,7 +4,8 @@ disk and loaded modules."""
 import os
 import platform
 import re
-import subprocess
+
+from . import _command
 
 
 def _os_release():
@@ -84,11 +85,7 @@ def _module_files(kernel):
 
 def _dkms_built():
     # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580...").
-    try:
-        text = subprocess.run(["dkms", "status"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              universal_newlines=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return set()
+    text = _command.output(["dkms", "status"])  # timed out: the section answers an error, never a guess
     out = set()
     for line in text.splitlines():
         head, _, status = line.rpartition(":")
