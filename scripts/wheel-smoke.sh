@@ -4,7 +4,8 @@
 # Builds the product's wheel from a copy of the sources, installs it into a fresh virtualenv in a temporary directory
 # (dependencies from the package index, through pip's own cache), and from there runs every command that touches no
 # remote machine: init, validate, plan, mig-plan, export, and a read-only `pyinfra @local ... --dry` of the packaged
-# deploy against a one-node file that names this machine (GPU_PROVISION_NODE). Run by scripts/test.sh.
+# deploy against a one-node file that names this machine (GPU_PROVISION_NODE); then the conformance suite's extra and
+# its collection (`pytest --pyargs gpu_provision.conformance`). Run by scripts/test.sh.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 base_python="${PYTHON:-$repo/.venv/bin/python}"
@@ -71,4 +72,12 @@ for deploy in deploys/gpu_node.py gpu_provision.deploys.gpu_node; do
   grep -q "NVIDIA driver | Driver packages (pinned, held)" "$work/out.log" || { tail -40 "$work/out.log"; exit 1; }
   echo "$deploy: planned"
 done
+step "the conformance suite from the installed wheel (its extra; collected, not run: this machine is no GPU node)"
+"$venv/python" -m pip install -q "$wheel[conformance]"
+quiet "$venv/pytest" -p no:cacheprovider --pyargs gpu_provision.conformance --collect-only -q --cluster local.yaml \
+  --hosts=local:// --cluster-node this-machine
+for test in "test_stage[local-driver]" "test_device_files[local]" "test_nvidia_runtime[local]"; do
+  grep -qF "test_node.py::$test" "$work/out.log" || { tail -40 "$work/out.log"; echo "not collected: $test" >&2; exit 1; }
+done
+echo "conformance suite: $(grep -c '^test_node.py::' "$work/out.log") tests collected"
 step "wheel smoke test passed"
