@@ -13,12 +13,29 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
 - ``kubelet`` (kubelet.service) exits while /var/lib/kubelet/config.yaml is missing (systemd restarts it, as with
   the real one), registers its Node with the labels and taints kubeadm gave it and reports ``kubeletVersion``. On the
   node where ``kubeadm init`` ran it also serves the stand-in API on port 6443, storing every object in
-  /var/lib/gpu-provision-standin/apiserver/objects.json.
+  /var/lib/gpu-provision-standin/apiserver/objects.json. Pods bound to its node (``spec.nodeName``) it runs as
+  processes: a ``sleep`` (for ``standin.gpu-provision.io/runs-for-seconds`` seconds, else until deleted) under
+  ``gpu-sim hold`` when the pod asks for an ``nvidia.com/`` resource, so ``nvidia-smi`` lists it as a GPU process;
+  it reports ``Running`` (Ready), then ``Succeeded``/``Failed`` with the exit code, and a pod marked for deletion
+  is stopped (SIGTERM) and removed. Node status goes through the status subresource, so labels, taints and
+  cordons set meanwhile stay.
+- The API's Eviction subresource (``POST /api/v1/namespaces/NS/pods/NAME/eviction``, policy/v1) decides as the
+  real one: pods not running or already terminating go; otherwise the one PodDisruptionBudget selecting the pod
+  (``minAvailable`` or ``maxUnavailable``, counts or percentages rounded up; more than one budget is a 500) must
+  leave at least one disruption allowed over its healthy pods, else 429 TooManyRequests "Cannot evict pod as it
+  would violate the pod's disruption budget."; an evicted running pod is marked (``deletionTimestamp``) until its
+  kubelet stops it. Merge patches (RFC 7386) change one object under the server's lock.
 - ``kubectl apply -f`` (JSON manifests: a ``List``, one object, or a file/URL of either), ``get`` (kinds, names,
-  ``-n``/``-A``, ``-l``, ``--field-selector`` on name/namespace, ``-o json|name``), ``label node`` and ``taint node`` (with ``--overwrite``), ``version``.
+  ``-n``/``-A``, ``-l``, ``--field-selector`` on name/namespace and, for pods, ``spec.nodeName`` and
+  ``status.phase``, ``-o json|name``), ``label`` and ``annotate`` (nodes and pods), ``taint node`` (with
+  ``--overwrite``), ``patch --type merge``, ``cordon``/``uncordon``, ``drain`` (kubectl's refusals and flags, 5 s
+  retries while a budget refuses, ``--timeout``), ``delete``, ``create --raw`` on the eviction subresource,
+  ``version``.
 
 What they cannot prove: no TLS or authentication (the API is plain HTTP on the rig's private bridge), no
-scheduling, no pods, controllers or static pods actually running (DaemonSets never start, so the device plugin,
+scheduling (pods name their node), no containers (a pod is one process), no controllers (an evicted pod is not
+recreated elsewhere, a budget's status is not written: it is computed at each eviction) or static pods actually
+running (DaemonSets never start, so the device plugin,
 DCGM exporter and CNI pods are never exercised), no server-side schema validation or defaulting (the project's
 tests validate manifests against the real OpenAPI schemas instead), YAML manifests are not read (the project
 writes JSON; upstream CNI YAML is not parsed), a joined control plane does not run a second API replica,
@@ -59,6 +76,8 @@ for _names, _kind, _api, _ns in (
     (("clusterrolebinding", "clusterrolebindings"), "ClusterRoleBinding", "rbac.authorization.k8s.io/v1", False),
     (("runtimeclass", "runtimeclasses"), "RuntimeClass", "node.k8s.io/v1", False),
     (("priorityclass", "priorityclasses", "pc"), "PriorityClass", "scheduling.k8s.io/v1", False),
+    (("poddisruptionbudget", "poddisruptionbudgets", "pdb"), "PodDisruptionBudget", "policy/v1", True),
+    (("job", "jobs"), "Job", "batch/v1", True),
 ):
     for _name in _names:
         KINDS[_name] = (_kind, _api, _ns)
@@ -105,7 +124,14 @@ def request(server, method, path, body=None, timeout=30):
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read().decode() or "null")
     except urllib.error.HTTPError as exc:
-        raise ApiError("Error from server: %s" % exc.read().decode().strip()) from None
+        text = exc.read().decode().strip()
+        try:
+            status = json.loads(text)
+        except ValueError:
+            status = text
+        if isinstance(status, dict) and status.get("kind") == "Status":
+            raise ApiError("Error from server (%s): %s" % (status.get("reason"), status.get("message"))) from None
+        raise ApiError("Error from server: %s" % (status if isinstance(status, str) else text)) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ApiError("The connection to the server %s was refused - did you specify the right host or port? (%s)"
@@ -120,6 +146,137 @@ def objects(server, timeout=30):
 def put(server, obj):
     """Create or replace ``obj``; ``created``, ``configured`` or ``unchanged``."""
     return request(server, "PUT", "/api/objects", obj)["result"]
+
+
+def patch(server, kind, name, namespace, body):
+    """Apply a JSON merge patch (RFC 7386) to an object on the server, as ``kubectl patch --type merge``."""
+    return request(server, "PATCH", "/api/objects",
+                   {"kind": kind, "namespace": namespace or "", "name": name, "patch": body})["object"]
+
+
+def put_status(server, obj):
+    """Replace the object's status only (the ``status`` subresource): what else it carries is ignored."""
+    return request(server, "PUT", "/api/objects/status", obj)
+
+
+def delete(server, kind, name, namespace="", grace=None):
+    """Delete an object; a running pod is only marked (``deletionTimestamp``) until its kubelet stops it."""
+    return request(server, "DELETE", "/api/objects",
+                   {"kind": kind, "namespace": namespace or "", "name": name, "grace": grace})
+
+
+def evict(server, namespace, name):
+    """POST a policy/v1 Eviction for a pod: the server's Status (ApiError with 429 TooManyRequests when a
+    PodDisruptionBudget forbids it)."""
+    return request(server, "POST", "/api/v1/namespaces/%s/pods/%s/eviction" % (namespace, name),
+                   {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}})
+
+
+def status_object(code, reason, message, details=None):
+    """A ``Status`` object as the API server answers errors (and successful evictions)."""
+    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success" if code < 400 else "Failure",
+           "message": message, "reason": reason, "code": code}
+    if details:
+        out["details"] = details
+    return out
+
+
+def merge_patch(target, patch_doc):
+    """RFC 7386 JSON merge patch: mappings merge recursively, null removes a key, anything else replaces."""
+    if not isinstance(patch_doc, dict):
+        return patch_doc
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch_doc.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def selector_matches(selector, labels):
+    """Whether a LabelSelector (``matchLabels`` and ``matchExpressions``: In, NotIn, Exists, DoesNotExist)
+    selects ``labels``; an empty selector selects everything, as in policy/v1."""
+    labels = labels or {}
+    for key, value in ((selector or {}).get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in (selector or {}).get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def _scaled(value, total, name):
+    """An IntOrString of a PodDisruptionBudget against ``total`` pods: a count, or a percentage rounded up."""
+    text = str(value)
+    if text.endswith("%"):
+        return -(-total * int(text[:-1]) // 100)
+    return int(text)
+
+
+def pod_ready(pod):
+    """Running, Ready and not being deleted: a healthy pod as the disruption controller counts it."""
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return status.get("phase") == "Running" and ready and not pod["metadata"].get("deletionTimestamp")
+
+
+def eviction(items, namespace, name):
+    """Decide an eviction as the API server's eviction subresource does: (HTTP code, Status).
+
+    A pod already being deleted, or not running (Pending, Succeeded, Failed), is evicted whatever the budgets
+    say. Otherwise the one PodDisruptionBudget of the namespace that selects the pod (more than one is an error,
+    500) must allow a disruption: its healthy pods (running, ready, not being deleted) less the healthy pods it
+    needs (``minAvailable``, or the expected pods less ``maxUnavailable``; percentages of the expected pods
+    rounded up) must be at least 1, else 429 TooManyRequests. An unhealthy pod may go while the budget has the
+    healthy pods it needs (``unhealthyPodEvictionPolicy: IfHealthyBudget``, the default).
+    """
+    pod = find(items, "Pod", name, namespace)
+    if pod is None:
+        return 404, status_object(404, "NotFound", 'pods "%s" not found' % name,
+                                  {"name": name, "kind": "pods"})
+    meta = pod["metadata"]
+    phase = (pod.get("status") or {}).get("phase")
+    ok = status_object(201, "", "", None)
+    if meta.get("deletionTimestamp") or phase in (None, "Pending", "Succeeded", "Failed"):
+        return 201, ok
+    budgets = [b for b in items if b.get("kind") == "PodDisruptionBudget"
+               and b["metadata"].get("namespace") == namespace
+               and selector_matches((b.get("spec") or {}).get("selector"), meta.get("labels"))]
+    if len(budgets) > 1:
+        return 500, status_object(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the "
+                                                         "eviction subresource does not support.")
+    if budgets:
+        budget = budgets[0]
+        spec = budget.get("spec") or {}
+        selected = [p for p in items if p.get("kind") == "Pod" and p["metadata"].get("namespace") == namespace
+                    and selector_matches(spec.get("selector"), p["metadata"].get("labels"))
+                    and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        expected = len(selected)
+        healthy = sum(1 for p in selected if pod_ready(p))
+        if spec.get("minAvailable") is not None:
+            desired = _scaled(spec["minAvailable"], expected, "minAvailable")
+        elif spec.get("maxUnavailable") is not None:
+            desired = max(0, expected - _scaled(spec["maxUnavailable"], expected, "maxUnavailable"))
+        else:
+            desired = 0
+        allowed = healthy - desired if pod_ready(pod) else (1 if healthy >= desired else 0)
+        if allowed < 1:
+            name_ = budget["metadata"]["name"]
+            return 429, status_object(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.",
+                {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget %s needs %d healthy "
+                                                                       "pods and has %d currently"
+                             % (name_, desired, healthy)}]})
+    return 201, ok
 
 
 def find(items, kind, name, namespace=""):
