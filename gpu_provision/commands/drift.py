@@ -1,6 +1,10 @@
 """``drift``: how every node differs from the cluster file, from one probe per node.
 
     gpu-provision drift [INVENTORY] [--cluster FILE] [--json] [--parallel N] [--connect-timeout S] [--limit NODE]...
+    gpu-provision drift --in-cluster [--manifest] [--kubeconfig FILE] [--namespace NS] [--chunk-size N]
+
+``--in-cluster`` reads the answers a DaemonSet's pods published (``--manifest`` prints that DaemonSet) with one
+paged list call instead of SSH: :mod:`gpu_provision.drift.incluster`.
 
 Parallelism and connect timeout come from the command line, else from pyinfra's ``config.py`` (as for
 ``pyinfra --dry``), else the connect timeout from the cluster file's ``ssh.connect_timeout``.
@@ -25,12 +29,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "One remote command per node; nothing is changed.",
         ["gpu-provision drift --cluster site/cluster.yaml",
          "gpu-provision drift --cluster site/cluster.yaml --limit gpu-01 --limit gpu-02 --json",
-         "gpu-provision drift inventory.py --stage driver --stage runtime"],
+         "gpu-provision drift inventory.py --stage driver --stage runtime",
+         "gpu-provision drift --in-cluster --manifest | kubectl apply -f -",
+         "gpu-provision drift --in-cluster --kubeconfig admin.conf"],
         findings="a node differs from the cluster file", errors="a node not reached or not fully compared, "
         "or a bad cluster file")
     add_fleet_options(p, "seconds the probe may run on a node (default: 120)")
     p.add_argument("--stage", action="append", default=None, metavar="STAGE",
                    help="compare only this stage (repeatable; default: every stage)")
+    p.add_argument("--in-cluster", action="store_true",
+                   help="compare the answers the drift DaemonSet's pods published (one list call through kubectl) "
+                        "instead of probing over SSH")
+    p.add_argument("--manifest", action="store_true",
+                   help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
+    p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
+    p.add_argument("--namespace", default="gpu-provision", help="namespace of the DaemonSet (default: %(default)s)")
+    p.add_argument("--chunk-size", type=int, default=500,
+                   help="with --in-cluster: pods per list page (limit/continue; default: %(default)s, as kubectl)")
     p.set_defaults(handler=run)
 
 
@@ -45,10 +60,32 @@ def run(args: argparse.Namespace) -> int:
     from gpu_provision.fleet import load_inventory, settings_from
 
     use_cluster(args)
+    if args.in_cluster:
+        return _in_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
     stages = load_stages(args.stage)
     _quiet_pyinfra()
     report = check_fleet(load_inventory(args.inventory), stages, settings, progress=progress())
+    emit(args, report.to_json(), report.render)
+    return report.exit_status
+
+
+def _in_cluster(args: argparse.Namespace) -> int:
+    """``--in-cluster``: print the manifests, or collect the published answers and print the same report."""
+    from gpu_provision.drift import incluster, load_stages
+    from gpu_provision.errors import GpuProvisionError
+
+    if args.chunk_size < 0:
+        raise GpuProvisionError("--chunk-size must be 0 (no paging) or more")
+    every = load_stages()
+    if args.manifest:
+        import yaml
+
+        docs = incluster.manifests_for(args.inventory, every, args.namespace, args.limit)
+        emit(args, docs, lambda: yaml.safe_dump_all(docs, sort_keys=False).rstrip("\n"))
+        return 0
+    report = incluster.collect(args.inventory, load_stages(args.stage), every, args.namespace, args.kubeconfig,
+                               args.limit, args.chunk_size)
     emit(args, report.to_json(), report.render)
     return report.exit_status
 

@@ -98,55 +98,34 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = VERIFICA
             for node, expect in sorted(expectations.items())}
     command = (bundle.command("verify", "--compact", bundle=f"{AGENT_DIR}/{bundle.BUNDLE_NAME}") +
                ' --expect "/opt/gpu-provision/expect/${NODE_NAME}.json"; exec sleep infinity')
-    daemonset = {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": APP, "namespace": namespace, "labels": LABELS},
-        "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": APP}},
-            "template": {
-                "metadata": {"labels": LABELS},
-                "spec": {
-                    "runtimeClassName": runtime_class,
-                    # The agent reads its ConfigMaps through volumes and never calls the API server.
-                    "automountServiceAccountToken": False,
-                    "tolerations": list(DEFAULT_TOLERATIONS if tolerations is None else tolerations),
-                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [{
-                            "key": "kubernetes.io/hostname", "operator": "In",
-                            "values": sorted(expectations)}]}]}}},
-                    "containers": [{
-                        "name": "verify",
-                        "image": image,
-                        "command": ["/bin/sh", "-c", command],
-                        "env": [
-                            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
-                        ],
-                        "resources": json.loads(json.dumps(RESOURCES)),
-                        # Not privileged and no added capability: the NVIDIA runtime injects the GPU device nodes
-                        # and driver libraries, and the host's /dev and /sys (read for device permissions and PCI
-                        # devices) are read-only mounts. It runs as the image's root, the owner of those device
-                        # nodes on the host, as the agent does over SSH.
-                        "securityContext": {"allowPrivilegeEscalation": False},
-                        "volumeMounts": [
-                            {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
-                            {"name": "expect", "mountPath": "/opt/gpu-provision/expect", "readOnly": True},
-                            {"name": "host-dev", "mountPath": "/host/dev", "readOnly": True},
-                            {"name": "host-sys", "mountPath": "/host/sys", "readOnly": True},
-                        ],
-                    }],
-                    "volumes": [
-                        {"name": "agent", "configMap": {"name": f"{APP}-agent"}},
-                        {"name": "expect", "configMap": {"name": f"{APP}-expect"}},
-                        {"name": "host-dev", "hostPath": {"path": "/dev", "type": "Directory"}},
-                        {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
-                    ],
-                },
-            },
-        },
+    # The NVIDIA runtime injects the GPU device nodes and driver libraries, and the host's /dev and /sys (read for
+    # device permissions and PCI devices) are read-only mounts. It runs as the image's root, the owner of those
+    # device nodes on the host, as the agent does over SSH.
+    container = {
+        "name": "verify",
+        "image": image,
+        "command": ["/bin/sh", "-c", command],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+        ],
+        "volumeMounts": [
+            {"name": "agent", "mountPath": AGENT_DIR, "readOnly": True},
+            {"name": "expect", "mountPath": "/opt/gpu-provision/expect", "readOnly": True},
+            {"name": "host-dev", "mountPath": "/host/dev", "readOnly": True},
+            {"name": "host-sys", "mountPath": "/host/sys", "readOnly": True},
+        ],
     }
+    volumes = [
+        {"name": "agent", "configMap": {"name": f"{APP}-agent"}},
+        {"name": "expect", "configMap": {"name": f"{APP}-expect"}},
+        {"name": "host-dev", "hostPath": {"path": "/dev", "type": "Directory"}},
+        {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+    ]
+    daemonset = hardened_daemonset(APP, namespace, LABELS, sorted(expectations), [container], volumes,
+                                   runtime_class=runtime_class,
+                                   tolerations=DEFAULT_TOLERATIONS if tolerations is None else tolerations)
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": LABELS}},
         {"apiVersion": "v1", "kind": "ConfigMap",
@@ -156,6 +135,46 @@ def manifests(expectations: dict[str, dict[str, Any]], namespace: str = VERIFICA
          "metadata": {"name": f"{APP}-expect", "namespace": namespace, "labels": LABELS}, "data": data},
         daemonset,
     ]
+
+
+def hardened_daemonset(name: str, namespace: str, labels: dict[str, str], nodes: list[str],
+                       containers: list[dict[str, Any]], volumes: list[dict[str, Any]],
+                       runtime_class: str | None = "nvidia", tolerations: list[dict[str, str]] | None = None,
+                       init_containers: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A DaemonSet on exactly ``nodes`` (by ``kubernetes.io/hostname``) with this project's hardening rules, shared
+    by every DaemonSet that runs node code (verification, in-cluster drift).
+
+    Every pod: no service-account token (it never calls the API server), the given tolerations only, and each
+    container (``containers`` and ``init_containers``, whose own fields are kept) bounded by :data:`RESOURCES`,
+    without privilege escalation and not privileged. ``runtime_class`` None leaves the cluster's default runtime.
+    The image is the caller's, checked by :func:`gpu_provision.k8s.images.check_reference` (pinnable by digest).
+    """
+    def hardened(container: dict[str, Any]) -> dict[str, Any]:
+        return {**container, "resources": json.loads(json.dumps(RESOURCES)),
+                # Not privileged and no added capability; the caller's mounts are read-only.
+                "securityContext": {"allowPrivilegeEscalation": False}}
+
+    selector = {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}
+    spec: dict[str, Any] = {
+        # The pod reads its ConfigMaps through volumes and never calls the API server.
+        "automountServiceAccountToken": False,
+        "tolerations": list(DEFAULT_TOLERATIONS if tolerations is None else tolerations),
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In", "values": sorted(nodes)}]}]}}},
+    }
+    if runtime_class:
+        spec = {"runtimeClassName": runtime_class, **spec}
+    if init_containers:
+        spec["initContainers"] = [hardened(c) for c in init_containers]
+    spec["containers"] = [hardened(c) for c in containers]
+    spec["volumes"] = volumes
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"selector": {"matchLabels": selector}, "template": {"metadata": {"labels": labels}, "spec": spec}},
+    }
 
 
 def from_inventory(inventory: str) -> tuple[dict[str, dict[str, Any]], Cluster | None]:
@@ -185,10 +204,11 @@ def manifests_yaml(inventory: str, namespace: str = VERIFICATION) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def _kubectl(kubeconfig: str | None, *args: str) -> str:
+def kubectl(kubeconfig: str | None, *args: str) -> str:
+    """What ``kubectl ARGS`` printed (with ``--kubeconfig`` when given); a one-line error when it fails."""
     argv = ["kubectl", *(["--kubeconfig", kubeconfig] if kubeconfig else []), *args]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     except FileNotFoundError:
         raise GpuProvisionError("kubectl not found (needed for --in-cluster)") from None
     except subprocess.TimeoutExpired:
@@ -218,9 +238,9 @@ def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_
 def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
             limit: list[str] | None = None) -> list[dict[str, Any]]:
     """Read every verification pod's report from its log; nodes whose pod has none get an error report."""
-    pods = json.loads(_kubectl(kubeconfig, "get", "pods", "-n", namespace, "-l",
+    pods = json.loads(kubectl(kubeconfig, "get", "pods", "-n", namespace, "-l",
                                f"app.kubernetes.io/name={APP}", "-o", "json")).get("items", [])
-    cm = json.loads(_kubectl(kubeconfig, "get", "configmap", f"{APP}-expect", "-n", namespace, "-o", "json"))
+    cm = json.loads(kubectl(kubeconfig, "get", "configmap", f"{APP}-expect", "-n", namespace, "-o", "json"))
     expectations = {name.removesuffix(".json"): json.loads(text) for name, text in (cm.get("data") or {}).items()}
     by_node = {pod["spec"].get("nodeName"): pod for pod in pods if pod["spec"].get("nodeName")}
     reports = []
@@ -231,7 +251,7 @@ def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
         if pod is None:
             reports.append(error_report(node, "no verification pod on this node (DaemonSet not scheduled?)"))
             continue
-        log = _kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"], "-c", "verify")
+        log = kubectl(kubeconfig, "logs", "-n", namespace, pod["metadata"]["name"], "-c", "verify")
         report = report_from_log(node, log)
         if report is None:
             phase = (pod.get("status") or {}).get("phase", "unknown")
@@ -239,7 +259,7 @@ def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
             continue
         expect = expectations.get(node) or {}
         try:
-            node_json, error = json.loads(_kubectl(kubeconfig, "get", "node", node, "-o", "json")), None
+            node_json, error = json.loads(kubectl(kubeconfig, "get", "node", node, "-o", "json")), None
         except GpuProvisionError as exc:
             node_json, error = None, str(exc)
         wanted = (expect.get("kubernetes") or {}).get("allocatable")
