@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import hotspots, tools
+from bench import hotspots, simgpu, tools
 from bench.fleet import MAX_HOSTS, LoopbackFleet, check_limits, raise_open_files
 from bench.playbook import write_inventory, write_playbook
 from bench.workload import Workload, base_versions, converge_script, write_json
@@ -35,7 +35,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 STALLED_ADDRESS = "127.0.20.250"
 REFUSING_ADDRESS = "127.0.20.251"
 DEFAULT_WORKDIR = Path("/var/tmp/gpu-provision-bench")
-TOOLS = ("ours", "pyinfra", "ansible")
+TOOLS = ("ours", "verify", "pyinfra", "ansible")
 
 
 def _sizes(text: str) -> list[int]:
@@ -52,7 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--files", type=int, default=8, help="config files in the workload (default 8)")
     p.add_argument("--growth-files", type=int, default=40,
                    help="config files in the larger workload run on the largest rig size (default 40; 0: skip)")
-    p.add_argument("--tools", default=",".join(TOOLS), help="tools to run (default: ours,pyinfra,ansible)")
+    p.add_argument("--tools", default=",".join(TOOLS),
+                   help="tools to run (default: ours,verify,pyinfra,ansible; verify runs on the loopback fleet only)")
     p.add_argument("--others-max-hosts", type=int, default=200,
                    help="run stock pyinfra and Ansible only on fleet sizes up to this (default 200; gpu-provision "
                         "runs on every size)")
@@ -100,6 +101,14 @@ class Bench:
         self.unreachable: dict[str, Any] | None = None
         self.profile: dict[str, Any] | None = None
         self.first_contact: dict[str, Any] | None = None
+        self.verify_first_contact: dict[str, Any] | None = None
+
+    def expect_file(self) -> Path:
+        """The expectations every loopback-fleet host is verified against (its simulated GPUs)."""
+        path = self.work / "fleet-expect.json"
+        if not path.exists():
+            path.write_text(json.dumps(simgpu.expectations(), indent=1))
+        return path
 
     def measure(self, fleet: str, hosts: list[tuple[str, str]], workload: Workload, key: Path,
                 known_hosts: Path, hosts_cpu: Callable[[], float] | None = None) -> None:
@@ -119,15 +128,19 @@ class Bench:
                                              write_playbook(folder, workload.to_json()),
                                              forks=min(40, len(hosts))),
         }
+        if fleet == "fleet":
+            runners["verify"] = lambda: tools.verify(folder, fleet, names, cluster, self.expect_file())
         for tool in self.args.tools:
-            if tool != "ours" and fleet == "fleet" and len(hosts) > self.args.others_max_hosts:
+            if tool in ("pyinfra", "ansible") and fleet == "fleet" and len(hosts) > self.args.others_max_hosts:
+                continue
+            if tool not in runners:
                 continue
             before = hosts_cpu() if hosts_cpu else None
             result = runners[tool]()
             if hosts_cpu and before is not None:
                 result.hosts_cpu_s = hosts_cpu() - before
             self.results.append(result)
-            print(f"  {fleet:<5} {len(hosts):>4} hosts {ops:>3} ops  {result.tool:<16} {result.wall_s:7.2f} s  "
+            print(f"  {fleet:<5} {len(hosts):>4} hosts {ops:>3} ops  {result.tool:<22} {result.wall_s:7.2f} s  "
                   f"{result.commands_per_host:6.1f} cmds/host  "
                   f"{1000 * result.controller_cpu_s / len(hosts):6.1f} ms controller CPU/host  "
                   f"{'in sync' if result.in_sync else result.note}", flush=True)
@@ -161,11 +174,16 @@ class Bench:
         """The loopback fleet part: many sshd hosts sharing one Debian root, no systemd."""
         sizes = self.args.fleet_sizes
         fleet = LoopbackFleet(self.args.workdir / "fleet", base, max(sizes), self.args.max_seconds)
+        if "verify" in self.args.tools:  # simulated GPUs for verify, set up with the rest of the shared root
+            simgpu.lay_out(fleet.workdir / "upper")
+            converge += "\n".join(simgpu.converge_lines()) + "\n"
         fleet.prepare(converge)
         with fleet:
             hosts = [(h.name, h.address) for h in fleet.start()]
             if "ours" in self.args.tools:
                 self.first_contact = self.warm_up(hosts, workload, fleet)
+            if "verify" in self.args.tools:
+                self.verify_first_contact = self.verify_warm_up(hosts, fleet)
             for size in sizes:
                 self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts, fleet.cpu_seconds)
             if self.args.profile:
@@ -187,6 +205,23 @@ class Bench:
               f"{'in sync' if result.in_sync else result.note}", flush=True)
         return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2), "in_sync": result.in_sync,
                 "check_cpu_s": result.check_cpu_s, "hosts_cpu_s": round(fleet.cpu_seconds() - before, 2)}
+
+    def verify_warm_up(self, hosts: list[tuple[str, str]], fleet: LoopbackFleet) -> dict[str, Any]:
+        """One untimed verify run over every fleet host before measuring: a host without this version of the agent
+        gets it (three commands), so the measured runs show the steady state (one short command). Its own figures
+        are kept as verify's first-contact cost."""
+        folder = self.work / "verify-first-contact"
+        folder.mkdir(exist_ok=True)
+        before = fleet.cpu_seconds()
+        result = tools.verify(folder, "fleet", [n for n, _ in hosts],
+                              write_cluster(folder / "cluster.yaml", hosts, fleet.client_key, fleet.known_hosts),
+                              self.expect_file())
+        print(f"  verify first contact with {len(hosts)} hosts (not timed): {result.wall_s:.2f} s, "
+              f"{result.commands_per_host:.1f} cmds/host, {'all pass' if result.in_sync else result.note}",
+              flush=True)
+        return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2), "in_sync": result.in_sync,
+                "commands_per_host": round(result.commands_per_host, 2), "check_cpu_s": result.check_cpu_s,
+                "hosts_cpu_s": round(fleet.cpu_seconds() - before, 2), "note": result.note}
 
     def profiled(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
         """One more gpu-provision drift run over ``hosts``, under cProfile, grouped by what the time is for."""
@@ -225,7 +260,7 @@ def _per_host(seconds: float | None, hosts: int, width: int) -> str:
 
 def table(results: list[tools.Measurement]) -> str:
     """Side-by-side table with ratios to gpu-provision, then growth with fleet size and operations."""
-    head = (f"{'fleet':<6}{'hosts':>6}{'ops':>5}  {'tool':<16}{'wall s':>8}{'x ours':>8}{'cmds/host':>11}"
+    head = (f"{'fleet':<6}{'hosts':>6}{'ops':>5}  {'tool':<22}{'wall s':>8}{'x ours':>8}{'cmds/host':>11}"
             f"{'x ours':>8}{'ctl CPU ms/host':>17}{'x ours':>8}{'check':>7}{'sshd CPU ms/host':>18}{'RSS MB':>8}{'x ours':>8}"
             "  in sync")
     lines = ["ctl CPU: the tool's process and its children, start-up included; check: gpu-provision's check alone, "
@@ -240,7 +275,7 @@ def table(results: list[tools.Measurement]) -> str:
             return f"{value / ref_value:8.2f}" if ref_value else f"{'-':>8}"
 
         lines.append(
-            f"{r.fleet:<6}{r.hosts:>6}{r.operations:>5}  {r.tool:<16}{r.wall_s:8.2f}"
+            f"{r.fleet:<6}{r.hosts:>6}{r.operations:>5}  {r.tool:<22}{r.wall_s:8.2f}"
             f"{ratio(r.wall_s, ref.wall_s if ref else None)}{r.commands_per_host:11.1f}"
             f"{ratio(r.commands_per_host, ref.commands_per_host if ref else None)}"
             f"{1000 * r.controller_cpu_s / r.hosts:17.1f}{ratio(r.controller_cpu_s, ref.controller_cpu_s if ref else None)}"
@@ -257,7 +292,7 @@ def table(results: list[tools.Measurement]) -> str:
             if len(runs) >= 2 and runs[-1].hosts > runs[0].hosts:
                 slope = (runs[-1].wall_s - runs[0].wall_s) / (runs[-1].hosts - runs[0].hosts)
                 series = ", ".join(f"{r.hosts}: {r.wall_s:.2f} s" for r in runs)
-                lines.append(f"  {fleet:<6}{tool:<16}{slope * 1000:8.1f} ms/host   ({series})")
+                lines.append(f"  {fleet:<6}{tool:<22}{slope * 1000:8.1f} ms/host   ({series})")
     lines += ["", "Growth with operations per host (same hosts, remote commands per host):"]
     for tool in dict.fromkeys(r.tool for r in results):
         runs = [r for r in results if r.tool == tool and r.fleet == "rig"]
@@ -265,7 +300,7 @@ def table(results: list[tools.Measurement]) -> str:
         runs = sorted((r for r in runs if r.hosts == largest), key=lambda r: r.operations)
         if len({r.operations for r in runs}) >= 2:
             series = ", ".join(f"{r.operations} ops: {r.commands_per_host:.1f} cmds, {r.wall_s:.2f} s" for r in runs)
-            lines.append(f"  {tool:<16}{series}")
+            lines.append(f"  {tool:<22}{series}")
     return "\n".join(lines)
 
 
@@ -327,6 +362,13 @@ def main(argv: list[str] | None = None) -> int:
                  f"check CPU {1000 * (first['check_cpu_s'] or 0) / first['hosts']:.1f} ms/host, sshd CPU "
                  f"{1000 * first['hosts_cpu_s'] / first['hosts']:.1f} ms/host, "
                  f"{'in sync' if first['in_sync'] else 'NOT in sync'}")
+    if bench.verify_first_contact:
+        first = bench.verify_first_contact
+        text += (f"\n\nBefore measuring verify, one run over all {first['hosts']} fleet hosts, where hosts without this "
+                 f"version of the agent got it: {first['wall_s']:.2f} s, {first['commands_per_host']:.1f} "
+                 f"commands/host, check CPU {1000 * (first['check_cpu_s'] or 0) / first['hosts']:.1f} ms/host, sshd "
+                 f"CPU {1000 * first['hosts_cpu_s'] / first['hosts']:.1f} ms/host, "
+                 f"{'every host passed' if first['in_sync'] else 'NOT all passed: ' + first['note']}")
     if bench.profile:
         prof = bench.profile
         text += (f"\n\nWhere the controller's time goes (cProfile of one gpu-provision drift run over {prof['hosts']} "
@@ -350,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta, "pipeline": bench.pipeline,
                                                       "profile": bench.profile,
                                                       "first_contact": bench.first_contact,
+                                                      "verify_first_contact": bench.verify_first_contact,
                                                       "unreachable": bench.unreachable,
                                                       "results": [r.to_json() for r in bench.results]}, indent=1))
     (RESULTS / f"{stamp}.txt").write_text(text + "\n")

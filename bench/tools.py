@@ -108,6 +108,27 @@ def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: 
                        check_cpu_s=report.get("bench", {}).get("check_cpu_s"))
 
 
+def verify(workdir: Path, fleet: str, names: list[str], cluster: Path, expect: Path,
+           profile: Path | None = None, tag: str = "") -> Measurement:
+    """``gpu-provision verify``'s SSH path over the repository's inventory.py, every host against ``expect``;
+    "in sync" here means every host's report is a pass (under cProfile, statistics to ``profile``, when given)."""
+    tag = tag or f"verify-{fleet}-{len(names)}" + ("-profiled" if profile else "")
+    run = run_measured([sys.executable, "-m", "bench.verify", "inventory.py", str(expect),
+                        *(["--profile", str(profile)] if profile else [])], workdir, tag,
+                       env={"GPU_PROVISION_CLUSTER": str(cluster)})
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        return Measurement("gpu-provision verify", fleet, len(names), 0, run.wall_s, run.peak_rss_mb,
+                           note=f"failed (rc {run.rc}): {run.stderr.strip().splitlines()[-1:]}",
+                           controller_cpu_s=run.cpu_s)
+    commands = {n["name"]: n["commands"] for n in report["nodes"]}
+    bad = [f"{n['name']}: {n['status']} {n['first_problem']}" for n in report["nodes"] if n["status"] != "pass"]
+    return Measurement("gpu-provision verify", fleet, len(names), 0, run.wall_s, run.peak_rss_mb, commands,
+                       in_sync=run.rc == 0, note="; ".join(bad)[:300], controller_cpu_s=run.cpu_s,
+                       check_cpu_s=report.get("bench", {}).get("check_cpu_s"))
+
+
 def pipeline(workdir: Path, hosts: int, cluster: Path) -> dict[str, Any]:
     """``gpu-provision drift`` itself with every stage of the pipeline, and ``pyinfra inventory.py
     deploys/gpu_node.py --dry``, on nodes described as GPU nodes but not converged (so both find drift): their cost

@@ -58,3 +58,24 @@ def test_converge_script_writes_every_file_of_the_larger_workload():
 def test_pyinfra_change_column_is_summed():
     assert pyinfra_changes(PYINFRA_DRY) == 3
     assert pyinfra_changes(PYINFRA_DRY.replace("2 (b1, b2)", "-").replace("1 (b2)  ", "-       ")) == 0
+
+
+def test_the_fleets_simulated_gpus_pass_verification(tmp_path):
+    """The simulated node the bench lays out in the fleet's root, laid out here under a temporary path: the
+    verification agent run on its expectations passes every check it makes (the CUDA checks skip: no libcuda)."""
+    import subprocess
+
+    from bench import simgpu
+
+    node = str(tmp_path / "node")
+    simgpu.lay_out(Path("/"), node)
+    for line in simgpu.converge_lines(node):
+        subprocess.run(["/bin/sh", "-c", line], check=True, timeout=60)
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(simgpu.expectations(node)))
+    done = subprocess.run([sys.executable, "-m", "gpu_provision.node", "verify", "--expect", str(expect)],
+                          cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stdout)
+    assert report["status"] == "pass", [c for c in report["checks"] if c["status"] == "fail"]
+    assert done.returncode == 0 and report["summary"]["pass"] >= 10
+    assert [g["uuid"] for g in report["host"]["gpus"]] == [g["uuid"] for g in simgpu.GPUS]
