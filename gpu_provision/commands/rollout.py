@@ -57,23 +57,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--retry-failed", action="store_true",
                    help="roll nodes an earlier run left in upgrade-failed again (default: skip them; they still "
                         "count against max_unavailable)")
+    p.add_argument("--stage", action="append", default=None, metavar="STAGE",
+                   help="roll only this stage's changes (repeatable; default: GPU_PROVISION_STAGES, else every "
+                        "stage); verification always follows")
     p.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
                    help="seconds between two looks at the pods or containers a node waits for (default: 5)")
     p.add_argument("--report-dir", default="reports/verify",
                    help="where each node's verification report is kept (default: %(default)s)")
-    p.set_defaults(handler=run)
+    # None until read: ``rollout INVENTORY`` and ``rollout ACTION INVENTORY`` are told apart by it.
+    p.set_defaults(handler=run, inventory=None)
 
 
 def _action(args: argparse.Namespace) -> str:
     """The action, with ``rollout INVENTORY`` read as ``rollout run INVENTORY``."""
     from gpu_provision.errors import GpuProvisionError
 
-    if args.action in ACTIONS:
-        return str(args.action)
-    if args.inventory != "inventory.py":
-        raise GpuProvisionError(f"rollout: unknown action {args.action!r} (actions: {', '.join(ACTIONS)})")
-    args.inventory = args.action
-    return "run"
+    action = str(args.action)
+    if action not in ACTIONS:
+        if args.inventory is not None:
+            raise GpuProvisionError(f"rollout: unknown action {action!r} (actions: {', '.join(ACTIONS)})")
+        args.inventory, action = action, "run"
+    if args.inventory is None:
+        args.inventory = "inventory.py"
+    return action
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     from gpu_provision.inventory import cluster_for
     from gpu_provision.rollout.batches import parse_max_unavailable
     from gpu_provision.rollout.plan import plan_rollout
+    from gpu_provision.stages.pipeline import chosen_stages
 
     action = _action(args)
+    stages = [s for s in chosen_stages(args.stage) if s != "verify"]
     if args.max_parallel is not None and args.max_parallel < 1:
         raise GpuProvisionError(f"--max-parallel: expected at least 1, got {args.max_parallel}")
     if args.poll <= 0:
@@ -107,22 +115,23 @@ def run(args: argparse.Namespace) -> int:
     _quiet_pyinfra()
     if action == "status":
         return _status(args, cluster, settings)
-    report = check_fleet(inventory, load_stages(), settings, progress=progress())
+    report = check_fleet(inventory, load_stages(stages), settings, progress=progress())
     plan = plan_rollout(report, cluster, args.max_parallel, unavailable)
     if action == "plan":
         emit(args, plan.to_json(), plan.render)
         return plan.exit_status
-    return _roll(args, cluster, settings, plan, unavailable)
+    return _roll(args, cluster, settings, plan, unavailable, stages)
 
 
-def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable) -> int:  # type: ignore[no-untyped-def]
+def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable,  # type: ignore[no-untyped-def]
+          stages: list[str]) -> int:
     """Carry the plan out with SIGINT turned into a safe stop."""
     import contextlib
 
     from gpu_provision.rollout.engine import interrupt_on_sigint
     from gpu_provision.rollout.execute import Fleet, policy_of, roll
 
-    fleet = Fleet(args.inventory, cluster, settings, report_dir=args.report_dir)
+    fleet = Fleet(args.inventory, cluster, settings, report_dir=args.report_dir, stages=stages)
     policy = policy_of(cluster, args.max_parallel, unavailable, poll=args.poll)
     with contextlib.ExitStack() as stack:
         report = roll(fleet, plan, policy, args.retry_failed, log=say,

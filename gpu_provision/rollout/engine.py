@@ -102,6 +102,8 @@ class Target:
     kubernetes: bool = False
     changes: tuple[str, ...] = ()
     previous: Record | None = None
+    #: Why the node is not rolled at all (not reached, not compared), when it is not.
+    skip: str = ""
 
     @property
     def resumed(self) -> bool:
@@ -239,8 +241,8 @@ class Rollout:
         outcomes = {t.name: Outcome(t.name) for t in targets}
         for t in failed_before:
             earlier = (t.previous.reason if t.previous else "") or "no reason recorded"
-            outcomes[t.name] = Outcome(t.name, "skipped", f"failed in an earlier run ({earlier}); --retry-failed "
-                                                          "retries it")
+            outcomes[t.name] = Outcome(t.name, "skipped", t.skip or f"failed in an earlier run ({earlier}); "
+                                                                    "--retry-failed retries it")
         report = Report(outcomes)
         sizes = dict(group_sizes or Counter(t.group for t in [*targets, *failed_before]))
         failed = Counter(t.group for t in failed_before)

@@ -36,7 +36,7 @@ from gpu_provision.rollout.states import DONE, FAILED, STATE_FILE, Record, recor
 from gpu_provision.spec.model import Cluster
 
 KUBECONFIG = "/etc/kubernetes/admin.conf"
-#: Stages the change runs; ``verify`` is the verification phase after it.
+#: Stages the change runs by default; ``verify`` is the verification phase after it.
 CHANGE_STAGES = ("preflight", "driver", "runtime", "toolkit", "permissions", "mig", "kubernetes")
 #: Never stopped on a control-plane node: its kubelet runs the API server's static pods.
 CONTROL_PLANE_KEEPS = ("kubelet.service",)
@@ -99,6 +99,7 @@ class RemoteNode:
     reached: Reached
     control_plane: bool = False
     report_dir: str | None = None
+    stages: tuple[str, ...] = CHANGE_STAGES
 
     def _last_error(self, err: str) -> str:
         lines = [line for line in err.splitlines() if line.strip()]
@@ -148,7 +149,7 @@ class RemoteNode:
             if not ok:
                 return f"cannot stop the GPU clients {', '.join(stopped)}: {self._last_error(err)}"
         try:
-            _, ok = self.reached.apply(gpu_node, stages=list(CHANGE_STAGES), report_dir=None)
+            _, ok = self.reached.apply(gpu_node, stages=list(self.stages), report_dir=None)
         except Exception as exc:  # pyinfra raises for a host it lost (a reboot that never came back)
             ok, reason = False, f"{type(exc).__name__}: {exc}"
         else:
@@ -187,8 +188,9 @@ class Fleet:
     """The rollout's view of the fleet: the node inventory, kubectl on a control plane, and the batch runner."""
 
     def __init__(self, inventory_path: str, cluster: Cluster, settings: FleetSettings,
-                 report_dir: str | None = "reports/verify") -> None:
+                 report_dir: str | None = "reports/verify", stages: Iterable[str] = CHANGE_STAGES) -> None:
         self.inventory = load_inventory(inventory_path)
+        self.stages = tuple(s for s in stages if s != "verify")
         self.cluster = cluster
         self.settings = settings
         self.report_dir = report_dir
@@ -206,7 +208,7 @@ class Fleet:
 
         def one(reached: Reached) -> Outcome:
             name = reached.host.name
-            return work(name, RemoteNode(reached, roles.get(name) == "control-plane", self.report_dir))
+            return work(name, RemoteNode(reached, roles.get(name) == "control-plane", self.report_dir, self.stages))
 
         run = run_fleet(self.inventory, one, self.node_settings(names))
         return {r.name: r.value if r.value is not None else Outcome(r.name, "failed", r.unreached or "not reached")
@@ -251,8 +253,9 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
         target = Target(node.name, node.disruption, node.group or "", node.role == "control-plane", kubernetes,
                         tuple(str(c.difference) for c in node.changes), previous)
         if node.status in ("not-checked", "error"):
-            skipped.append(Target(node.name, "none", node.group or "", previous=Record(
-                FAILED, "not compared: " + "; ".join(node.problems))))
+            why = "not compared: " + "; ".join(node.problems)
+            skipped.append(Target(node.name, "none", node.group or "", previous=Record(FAILED, why),
+                                  skip=f"{why}; it counts as unavailable"))
         elif previous is not None and previous.state == FAILED and not retry_failed:
             skipped.append(target)
         elif node.status == "planned" or (previous is not None and previous.state not in (DONE, "unknown")):

@@ -76,7 +76,8 @@ def record_from_file(text: str) -> Record | None:
         return None
     if not isinstance(doc, dict) or doc.get("state") not in STATES:
         return None
-    return Record(str(doc["state"]), str(doc.get("reason", "")), str(doc.get("since", "")))
+    return Record(str(doc["state"]), str(doc.get("reason", "")), str(doc.get("since", "")),
+                  bool(doc.get("keep_cordoned", False)))
 
 
 def node_patch(record: Record) -> dict[str, Any]:
