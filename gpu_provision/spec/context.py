@@ -27,6 +27,8 @@ class Context:
     provenance: dict[int, dict[Path, Path]] = field(default_factory=dict)
     problems: list[SpecProblem] = field(default_factory=list)
     mig_parted: dict[str, Any] | None = None
+    #: Whether YAML files are composed by libyaml (:func:`gpu_provision.spec.yamlsafe.load_yaml`'s ``fast``).
+    fast: bool = False
 
     def add(self, path: Path, message: str, *, key: bool = False) -> None:
         """Record a problem at an absolute document path."""
