@@ -85,7 +85,8 @@ def fail_host(host: Any) -> None:
 
 @operation(is_idempotent=False)
 def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
-                 judge: Callable[[Any, AgentRun], bool] | None = None) -> Generator[Any, None, None]:
+                 judge: Callable[[Any, AgentRun], bool] | None = None,
+                 command: str | None = None) -> Generator[Any, None, None]:
     """Run the verification agent as a check: the report lands in ``ran``; nothing counts as a change.
 
     + agent_path: the node bundle on the node
@@ -93,6 +94,9 @@ def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
     + ran: where the run's output is kept (schema ``verify-report.v1`` on stdout), read once the deploy executed
     + judge: called with the host and ``ran`` after the run; when it returns False the node is failed for the rest
       of the run (:func:`fail_host`; None: never)
+    + command: the shell command that runs the agent and prints its report, instead of running ``agent_path`` on
+      ``expect_path`` (the verify stage passes the short command of the agent kept by digest,
+      :func:`gpu_provision.verify.agent.run_command`, which carries the expectations itself)
 
     Runs on every execution (a verification is a measurement, never "already done") and never in a plan
     (``--dry`` runs nothing on nodes). The agent runs with this operation's connector arguments (``_sudo``,
@@ -108,7 +112,7 @@ def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
     host = this_host()
     if host.executing_op_hash is None:  # planning: a check plans no change
         return
-    run_agent(host, agent_command(agent_path, expect_path), ran)
+    run_agent(host, command or agent_command(agent_path, expect_path), ran)
     if judge is not None and not judge(host, ran):
         fail_host(host)
     yield from ()

@@ -24,12 +24,10 @@ from gpu_provision.desired import FileWant
 from gpu_provision.operations import files as node_files
 from gpu_provision.operations import verify as verification
 from gpu_provision.operations.verify import AgentRun
+from gpu_provision.verify import agent
 from gpu_provision.verify.expect import expectations_for_host
 from gpu_provision.verify.report import report_from_run
 from gpu_provision.verify.table import format_table, terminal_width
-
-REMOTE_DIR = "/var/lib/gpu-provision/verify"
-
 
 #: How many failed checks the log line names before it points at the report for the rest.
 NAMED_FAILURES = 5
@@ -117,10 +115,10 @@ def _print_table_at_end(op_hash: str, ran: AgentRun) -> None:
 @deploy("Verify GPU node")
 def verify(remote_dir: str | None = None, report_dir: str | None = None,
            fail_node: bool = True) -> AgentRun | None:
-    """Ship the agent and this node's expectations, run the agent, fail the node if any check failed.
+    """Keep the agent on the node, run it on this node's expectations, fail the node if any check failed.
 
-    + remote_dir: where the node bundle (the agent) and the expectations live on the node (default: host data
-      ``gpu_provision_verify_dir``, else the bundle's one install location and ``/var/lib/gpu-provision/verify``)
+    + remote_dir: the root-only directory where the node keeps the agent by digest and runs it (default: host data
+      ``gpu_provision_verify_dir``, else ``/var/lib/gpu-provision/agent``, as ``gpu-provision verify``)
     + report_dir: controller directory to write ``<host>.json`` reports into (None: keep them in memory only)
     + fail_node: fail the node when its report is not a pass (False: the caller judges by the report, as
       ``gpu-provision verify`` does, so a failing node is a table row and not also a pyinfra error)
@@ -134,23 +132,23 @@ def verify(remote_dir: str | None = None, report_dir: str | None = None,
     if expectations is None:
         host.noop("the cluster file gives this node no GPUs: nothing to verify")
         return None
-    chosen_dir = remote_dir or host.data.get("gpu_provision_verify_dir")
-    agent_path = f"{chosen_dir}/{bundle.BUNDLE_NAME}" if chosen_dir else bundle.BUNDLE_PATH
-    remote_dir = chosen_dir or REMOTE_DIR
-    expect_path = f"{remote_dir}/expect.json"
-    files.directory(name="Verification agent directory", path=remote_dir, mode="0700")  # root's alone
-    # Written atomically (a same-directory temporary, renamed): pyinfra's own upload writes in place, or with sudo
-    # through a predictable /tmp name and cp.
-    node_files.wants(name="Verification agent and expectations", wants=[
-        FileWant(agent_path, content=bundle.build(), mode="0755", backup=False),
-        FileWant(expect_path, content=expectations, backup=False)])
+    # The agent lives where `gpu-provision verify` keeps it: by digest in a root-only directory, written atomically
+    # (a same-directory temporary, renamed; pyinfra's own upload writes in place, or with sudo through a predictable
+    # /tmp name and cp). The expectations travel in the command and live in a private run directory that the run
+    # removes, so nothing of a run stays on the node.
+    cache_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or agent.AGENT_CACHE
+    agent_path = f"{cache_dir}/{agent.agent_digest()}.pyz"
+    files.directory(name="Verification agent directory", path=cache_dir, mode="0700", user="root",
+                    group="root")
+    node_files.wants(name="Verification agent", wants=[
+        FileWant(agent_path, content=bundle.build(), mode="0600", backup=False)])
     ran = AgentRun()
 
     def judge(target: Any, run: AgentRun) -> bool:
         passed = judge_report(target, run, report_dir)
         return passed or not fail_node
 
-    op = verification.agent_report(name="Run verification agent", agent_path=agent_path, expect_path=expect_path,
-                                   ran=ran, judge=judge)
+    op = verification.agent_report(name="Run verification agent", agent_path=agent_path, expect_path="-", ran=ran,
+                                   judge=judge, command=agent.run_command(expectations, cache_dir=cache_dir))
     _print_table_at_end(op._hash, ran)
     return ran
