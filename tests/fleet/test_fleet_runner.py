@@ -204,3 +204,30 @@ def _keygen(folder: Path, index: int) -> Path:
     path = folder / f"key{index}"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
     return path
+
+
+def test_known_hosts_are_read_in_one_pass_with_the_lookups_paramiko_gives(tmp_path: Path, monkeypatch):
+    import paramiko
+    from paramiko.hostkeys import HostKeys
+
+    from gpu_provision.fleet import load_host_keys
+
+    keys = [paramiko.Ed25519Key.from_private_key_file(str(_keygen(tmp_path, i))) for i in range(3)]
+    lines = [f"10.0.0.{i} {keys[i % 3].get_name()} {keys[i % 3].get_base64()}" for i in range(300)]
+    lines += [lines[5], "# a comment", "", "garbage line", f"10.0.0.5 {keys[0].get_name()} {keys[0].get_base64()}",
+              f"{HostKeys.hash_host('10.9.9.9')} {keys[1].get_name()} {keys[1].get_base64()}",
+              f"10.0.0.7,10.0.1.7 {keys[0].get_name()} {keys[0].get_base64()}"]
+    known = tmp_path / "known_hosts"
+    known.write_text("\n".join(lines) + "\n")
+    paramikos = HostKeys(str(known))
+    checks: list[str] = []
+    check = HostKeys.check
+    monkeypatch.setattr(HostKeys, "check", lambda self, name, key: checks.append(name) or check(self, name, key))
+    ours = load_host_keys([str(known), str(tmp_path / "missing")])
+    assert checks == []  # no lookup while loading: one pass over the file
+    for name in ("10.0.0.5", "10.0.0.7", "10.0.1.7", "10.9.9.9", "10.0.0.299", "10.0.0.300"):
+        theirs, mine = paramikos.lookup(name), ours.lookup(name)
+        assert (mine is None) == (theirs is None), name
+        if mine is not None:
+            assert dict(mine) == dict(theirs), name
+    assert len(ours._entries) == 303  # type: ignore[attr-defined]  # the repeated line is dropped
