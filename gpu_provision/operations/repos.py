@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,10 +13,13 @@ from pyinfra.api import operation
 from gpu_provision.desired import FileWant
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.operations.files import content_changes, plan, record_changed
+from gpu_provision.spec import keyfile
 from gpu_provision.spec.model import Repository
 from gpu_provision.state import NodeStateData, Request
 
 KEYRING_DIR = "/etc/apt/keyrings"
+#: Where dnf nodes keep a key shipped from a ``key_file`` (RHEL's own directory for repository keys).
+RPM_KEY_DIR = "/etc/pki/rpm-gpg"
 PROXY_FILE = "/etc/apt/apt.conf.d/90gpu-provision-proxy"
 
 # Runs on the node with its own python3 (the probe needs it anyway): no curl, wget or gnupg required. The keyring is
@@ -86,11 +90,35 @@ def keyring_path(name: str) -> str:
     return f"{KEYRING_DIR}/{name}.gpg"
 
 
+def rpm_key_path(name: str) -> str:
+    """Where a dnf node keeps repository ``name``'s key shipped from a ``key_file``."""
+    return f"{RPM_KEY_DIR}/gpu-provision-{name}.asc"
+
+
+def key_source(repo: Repository, values: Mapping[str, str]) -> str:
+    """Where the repository's key comes from, for the comment in its source file."""
+    if repo.key_file:
+        return f"the key file {posixpath.basename(repo.key_file)} on the controller"
+    return fill(repo.key_url or "", values)
+
+
+def key_file_want(name: str, repo: Repository, dnf: bool) -> FileWant | None:
+    """The key of a repository with a ``key_file``, as the file the node's package manager reads: apt's binary
+    keyring (the one ``Signed-By`` names) or dnf's armored key; root-owned, mode 0644, no backup. None for a
+    repository whose key the node fetches from ``key_url``."""
+    if not repo.key_file:
+        return None
+    binary = keyfile.read_key(repo.key_file)
+    if dnf:
+        return FileWant(rpm_key_path(name), content=keyfile.armor(binary), mode="0644", backup=False)
+    return FileWant(keyring_path(name), content=binary, mode="0644", backup=False)
+
+
 def apt_files(name: str, repo: Repository, values: Mapping[str, str], pins: Sequence[Pin]) -> list[FileWant]:
     """The deb822 source file (and preferences file when pinned) of an apt repository."""
     suite = fill(repo.suite, values)
     lines = [
-        f"# Managed by gpu-provision; key from {fill(repo.key_url, values)}",
+        f"# Managed by gpu-provision; key from {key_source(repo, values)}",
         "Types: deb",
         f"URIs: {fill(repo.url, values)}",
         f"Suites: {suite}",
@@ -126,7 +154,7 @@ def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str 
         f"baseurl={baseurl}",
         "enabled=1",
         "gpgcheck=1",
-        f"gpgkey={fill(repo.key_url, values)}",
+        f"gpgkey={'file://' + rpm_key_path(name) if repo.key_file else fill(repo.key_url or '', values)}",
     ]
     if proxy:
         lines.append(f"proxy={proxy}")
@@ -137,20 +165,21 @@ def repository_files(name: str, repo: Repository, state: NodeStateData, pins: Se
                      proxy: str | None = None, k8s_minor: str = "") -> list[FileWant]:
     """Every file repository ``name`` needs on this node's package manager (for drift checks and the operation)."""
     values = placeholders(state.system, k8s_minor)
-    if state.package_manager == "dnf":
-        return [yum_file(name, repo, values, proxy)]
-    return apt_files(name, repo, values, pins)
+    dnf = state.package_manager == "dnf"
+    key = key_file_want(name, repo, dnf)
+    files = [yum_file(name, repo, values, proxy)] if dnf else apt_files(name, repo, values, pins)
+    return ([key] if key else []) + files
 
 
 def repository_request(name: str) -> Request:
     """What the probe must read for repository ``name`` (either family's files; absent ones cost nothing)."""
     return Request(files={f"/etc/apt/sources.list.d/{name}.sources", f"/etc/apt/preferences.d/{name}.pref",
-                          keyring_path(name), f"/etc/yum.repos.d/{name}.repo"})
+                          keyring_path(name), f"/etc/yum.repos.d/{name}.repo", rpm_key_path(name)})
 
 
 def key_command(name: str, repo: Repository, values: Mapping[str, str]) -> str:
-    """The node-side command that fetches and dearmors the repository's signing key."""
-    return (f"python3 -c {shlex.quote(_FETCH_KEY)} {shlex.quote(fill(repo.key_url, values))} "
+    """The node-side command that fetches and dearmors the repository's signing key from its ``key_url``."""
+    return (f"python3 -c {shlex.quote(_FETCH_KEY)} {shlex.quote(fill(repo.key_url or '', values))} "
             f"{shlex.quote(keyring_path(name))}")
 
 
@@ -160,14 +189,17 @@ def apt_repository(repo_id: str, repo: Repository, pins: Sequence[Pin] = (), pro
     """A package repository the node trusts only with its own key; apt or dnf by the node's package manager.
 
     + repo_id: file stem (``cuda``, ``nvidia-container-toolkit``, ``docker``, ``kubernetes``)
-    + repo: URL, key URL, suite, components; placeholders such as ``{distro}`` are filled from the node's OS
+    + repo: URL, key URL or key file, suite, components; placeholders such as ``{distro}`` are filled from the
+      node's OS
     + pins: apt version pins written to ``/etc/apt/preferences.d/NAME.pref`` (dnf pins with versionlock instead,
       see :func:`gpu_provision.operations.packages.wants`)
     + proxy: written into the ``.repo`` file on dnf nodes (apt uses :func:`proxy`)
     + k8s_minor: value of ``{k8s_minor}``
 
     apt: the key is fetched on the node and dearmored into ``/etc/apt/keyrings/NAME.gpg`` (again whenever the source
-    file changes, e.g. a new mirror), the source is a deb822 ``.sources`` file with ``Signed-By``. Changed files are
+    file changes, e.g. a new mirror), or, with a ``key_file``, read on the controller and written there like any
+    managed file (root-owned, 0644; dnf nodes get it armored in ``/etc/pki/rpm-gpg``); the source is a deb822
+    ``.sources`` file with ``Signed-By``. Changed files are
     recorded so that the next package operation refreshes the index once.
 
     .. code:: python
@@ -182,7 +214,8 @@ def apt_repository(repo_id: str, repo: Repository, pins: Sequence[Pin] = (), pro
     commands: list[Any] = []
     # The key goes with the source: fetched again when the source (its URL, its key URL) changes, not for a pin.
     source_changed = f"/etc/apt/sources.list.d/{repo_id}.sources" in changed
-    if state.package_manager != "dnf" and (source_changed or not state.file(keyring_path(repo_id)).exists):
+    fetched = state.package_manager != "dnf" and not repo.key_file
+    if fetched and (source_changed or not state.file(keyring_path(repo_id)).exists):
         commands.append(key_command(repo_id, repo, placeholders(state.system, k8s_minor)))
         changed.add(keyring_path(repo_id))
     for want in wanted:

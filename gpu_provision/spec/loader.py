@@ -50,10 +50,16 @@ from gpu_provision.spec.settings import default
 from gpu_provision.spec.yamlsafe import Path, Positions, format_path, load_yaml, read_bounded
 
 
-def _repository(raw: dict[str, Any] | None, name: str) -> Repository:
-    # A mirror given in the file replaces the upstream repository key by key (its suite and components included).
-    data: dict[str, Any] = {**default(f"cluster.mirrors.{name}"), **(raw or {})}
+def _repository(ctx: Context, raw: dict[str, Any] | None, name: str) -> Repository:
+    # A mirror given in the file replaces the upstream repository key by key (its suite and components included);
+    # a key_file replaces the upstream key URL too.
+    upstream = dict(default(f"cluster.mirrors.{name}"))
+    if raw and "key_file" in raw:
+        upstream.pop("key_url", None)
+    data: dict[str, Any] = {**upstream, **(raw or {})}
     settings: dict[str, Any] = {k: tuple(v) if k == "components" else v for k, v in data.items()}
+    if "key_file" in settings:
+        settings["key_file"] = _path(ctx, settings["key_file"])
     return Repository(**settings)
 
 
@@ -289,10 +295,10 @@ def _load(data: bytes, filename: str, *, fast: bool) -> Cluster:
         source=filename,
         kubernetes=_kubernetes(cluster_raw.get("kubernetes") or {}),
         mirrors=Mirrors(
-            cuda=_repository(mirrors_raw.get("cuda"), "cuda"),
-            container_toolkit=_repository(mirrors_raw.get("container_toolkit"), "container_toolkit"),
-            docker=_repository(mirrors_raw.get("docker"), "docker"),
-            kubernetes=_repository(mirrors_raw.get("kubernetes"), "kubernetes"),
+            cuda=_repository(ctx, mirrors_raw.get("cuda"), "cuda"),
+            container_toolkit=_repository(ctx, mirrors_raw.get("container_toolkit"), "container_toolkit"),
+            docker=_repository(ctx, mirrors_raw.get("docker"), "docker"),
+            kubernetes=_repository(ctx, mirrors_raw.get("kubernetes"), "kubernetes"),
             registry=mirrors_raw.get("registry"),
             package_proxy=mirrors_raw.get("package_proxy"),
         ),

@@ -29,10 +29,13 @@ class Repository:
     """A package repository (apt or yum) and the key that signs it."""
 
     url: str
-    key_url: str
+    #: Where the node fetches the signing key; None when ``key_file`` gives it.
+    key_url: str | None = None
     #: apt "suite" (``/`` for flat repositories such as NVIDIA's and pkgs.k8s.io).
     suite: str = FLAT_SUITE
     components: tuple[str, ...] = ()
+    #: The signing key as a file on the controller (absolute), shipped to the node instead of fetched there.
+    key_file: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
-from gpu_provision.spec import catalog, mig, namespaces
+from gpu_provision.spec import catalog, keyfile, mig, namespaces
 from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
@@ -36,6 +36,28 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _permissions(ctx, index, node)
         _yaml_numbers(ctx, index, node)
     _kubernetes(cluster, ctx)
+    _mirror_keys(cluster, ctx)
+
+
+def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
+    """A mirror names its signing key once: a URL the node fetches, or a file on the controller that must hold a key
+    (read now, so a wrong path stops before any node is touched)."""
+    mirrors = ctx.document["cluster"].get("mirrors") or {}
+    for name in ("cuda", "container_toolkit", "docker", "kubernetes"):
+        raw = mirrors.get(name)
+        if not isinstance(raw, dict):
+            continue
+        where = ("cluster", "mirrors", name)
+        if "key_url" in raw and "key_file" in raw:
+            ctx.add((*where, "key_file"), "give key_url or key_file, not both", key=True)
+        elif "key_url" not in raw and "key_file" not in raw:
+            ctx.add(where, "missing required key 'key_url' (or key_file, the key as a file on the controller)")
+        repo = getattr(cluster.mirrors, name)
+        if "key_file" in raw and repo.key_file:
+            try:
+                keyfile.read_key(repo.key_file)
+            except keyfile.KeyFileError as exc:
+                ctx.add((*where, "key_file"), str(exc))
 
 
 #: An RFC 1123 host name: dot-separated labels of letters, digits and '-', none starting or ending with '-'.

@@ -60,6 +60,8 @@ _PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me|\+me\.all|\+gfx|-me)?$"
 #: Values that reach a node's apt or yum configuration: whole-value patterns without whitespace or control
 #: characters, so a value cannot add a line (``gpgcheck=0``) to a file there.
 _URL = r"^https?://[^\x00-\x20\x7f]+$"
+#: A file on the controller: no control characters and not a URL.
+_LOCAL_PATH = r"^(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-\x1f\x7f]+$"
 _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
@@ -89,6 +91,7 @@ FORMS: dict[str, str] = {
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
     "^[0-9]{1,2}$": "a GPU index such as '0'",
     _URL: "an http:// or https:// URL without spaces or control characters",
+    _LOCAL_PATH: "a file path on the controller, relative to the cluster file or absolute, not a URL",
     _SUITE: "an apt suite such as 'stable', '{codename}' or '/'",
     _COMPONENT: "an apt component such as 'stable' or 'main'",
     _REGISTRY: "a registry host such as 'registry.internal:5000', optionally with a path",
@@ -106,13 +109,19 @@ def _repository(name: str) -> dict[str, Any]:
         "A package repository and its signing key. Point both at an internal mirror on air-gapped sites.",
         {
             "url": _s("Base URL of the repository (apt: the URL in the sources entry; yum: baseurl).", pattern=_URL),
-            "key_url": _s("URL of the ASCII-armored or binary signing key; the deploy installs it and references it "
-                          "with signed-by.", pattern=_URL),
+            "key_url": {**_s("URL of the ASCII-armored or binary signing key; the deploy fetches it on the node, "
+                             "installs it and references it with signed-by. Give key_url or key_file.", pattern=_URL),
+                        "x-allowed": FORMS[_URL] + "; a key in a local file goes in key_file"},
+            "key_file": _s("The signing key as a file on the controller (ASCII-armored or binary, e.g. what "
+                           "'gpg --export' writes), relative to the cluster file or absolute, for keys not served "
+                           "over HTTP: the deploy reads it and writes it to each node, owned by root and mode 0644, as "
+                           "/etc/apt/keyrings/NAME.gpg (apt) or /etc/pki/rpm-gpg/gpu-provision-NAME.asc (dnf). "
+                           "Give key_url or key_file, not both.", minLength=1, pattern=_LOCAL_PATH),
             "suite": _s("apt suite; '/' for flat repositories (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).",
                         pattern=_SUITE, default=upstream["suite"]),
             "components": components,
         },
-        required=("url", "key_url"),
+        required=("url",),
         default=upstream,
     )
 
