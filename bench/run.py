@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -176,6 +177,9 @@ class Bench:
         fleet = LoopbackFleet(self.args.workdir / "fleet", base, max(sizes), self.args.max_seconds)
         if "verify" in self.args.tools:  # simulated GPUs for verify, set up with the rest of the shared root
             simgpu.lay_out(fleet.workdir / "upper")
+            # No agent kept from an earlier bench run: verify's first contact sends it (the hosts share one root,
+            # so the first host to get it gives it to all; tests/verify count the per-node sends).
+            shutil.rmtree(fleet.workdir / "upper" / "var" / "lib" / "gpu-provision" / "agent", ignore_errors=True)
             converge += "\n".join(simgpu.converge_lines()) + "\n"
         fleet.prepare(converge)
         with fleet:
