@@ -9,11 +9,12 @@ from valid settings (MIG placements, the device plugin's MIG strategy) are fille
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
-from gpu_provision.spec import catalog, keyfile, mig, namespaces
+from gpu_provision.spec import catalog, keyfile, mig, namespaces, nodepaths
 from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
@@ -37,6 +38,25 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _yaml_numbers(ctx, index, node)
     _kubernetes(cluster, ctx)
     _mirror_keys(cluster, ctx)
+    _paths(cluster, ctx)
+
+
+def _paths(cluster: Cluster, ctx: Context) -> None:
+    """Files written on nodes stay in their documented directories; files read on the controller are regular
+    files within the size limit (:mod:`gpu_provision.spec.nodepaths`)."""
+    k8s = cluster.kubernetes
+    scrape = k8s.monitoring.prometheus_scrape_file
+    if scrape is not None:
+        problem = nodepaths.node_path_problem("prometheus_scrape_file", scrape)
+        if problem:
+            ctx.add(("cluster", "kubernetes", "monitoring", "prometheus_scrape_file"), problem)
+    manifest = k8s.cni_manifest
+    if manifest and not nodepaths.is_url(manifest):
+        path = ctx.base_dir / os.path.expanduser(manifest)
+        try:
+            nodepaths.controller_file(path, "CNI manifest")
+        except ValueError as exc:
+            ctx.add(("cluster", "kubernetes", "cni_manifest"), str(exc))
 
 
 def _mirror_keys(cluster: Cluster, ctx: Context) -> None:

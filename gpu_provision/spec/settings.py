@@ -62,6 +62,8 @@ _PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me|\+me\.all|\+gfx|-me)?$"
 _URL = r"^https?://[^\x00-\x20\x7f]+$"
 #: A file on the controller: no control characters and not a URL.
 _LOCAL_PATH = r"^(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-\x1f\x7f]+$"
+#: An http(s) URL or a file on the controller.
+_MANIFEST = r"^(https?://[^\x00-\x20\x7f]+|(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-\x1f\x7f]+)$"
 _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
@@ -92,6 +94,8 @@ FORMS: dict[str, str] = {
     "^[0-9]{1,2}$": "a GPU index such as '0'",
     _URL: "an http:// or https:// URL without spaces or control characters",
     _LOCAL_PATH: "a file path on the controller, relative to the cluster file or absolute, not a URL",
+    _MANIFEST: "an http:// or https:// URL, or a file path on the controller (relative to the cluster file or "
+               "absolute)",
     _SUITE: "an apt suite such as 'stable', '{codename}' or '/'",
     _COMPONENT: "an apt component such as 'stable' or 'main'",
     _REGISTRY: "a registry host such as 'registry.internal:5000', optionally with a path",
@@ -359,7 +363,10 @@ _kubernetes = _obj(
         "control_plane_endpoint": _s("Stable address (host[:port]) of the API server; default: the first "
                                      "control plane's address."),
         "cni": _e("CNI plugin.", ["flannel", "calico", "cilium"], default="flannel"),
-        "cni_manifest": _s("URL or path of the CNI manifest (override for air-gapped sites)."),
+        "cni_manifest": _s("The CNI manifest (override for air-gapped sites): an http(s) URL the first control plane "
+                           "fetches, or a file on the controller (relative to the cluster file or absolute, a regular "
+                           "file within the cluster file's size limit) that the deploy reads and ships.",
+                           pattern=_MANIFEST),
         "device_plugin_image": _s("NVIDIA device plugin image.", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
@@ -390,7 +397,10 @@ _kubernetes = _obj(
                 "dcgm_exporter": _b("Run the DCGM exporter on GPU nodes.", default=True),
                 "dcgm_exporter_image": _s("DCGM exporter image.",
                                           default="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
-                "prometheus_scrape_file": _s("Where to write a Prometheus scrape configuration for the exporters."),
+                "prometheus_scrape_file": _s("Where to write a Prometheus scrape configuration for the exporters on "
+                                             "the first control plane: an absolute path in normal form inside "
+                                             "/etc/prometheus/ or /etc/gpu-provision/ (letters, digits, '.', '_', "
+                                             "'-' and '/')."),
             },
         ),
     },

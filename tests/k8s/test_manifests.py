@@ -234,6 +234,8 @@ def test_cni_manifest_source(make_cluster, tmp_path) -> None:
         """
     assert manifest_source(make_cluster(base % ("flannel", ""))).endswith("/v0.26.4/kube-flannel.yml")
     assert manifest_source(make_cluster(base % ("cilium", ""))) is None
+    (tmp_path / "cni").mkdir()
+    (tmp_path / "cni" / "calico.yaml").write_text("{}\n")  # a manifest file must exist when the cluster file loads
     assert manifest_source(make_cluster(base % ("calico", ", cni_manifest: cni/calico.yaml"))) == str(
         tmp_path / "cni" / "calico.yaml")
     assert manifest_source(make_cluster(base % ("calico", ", cni_manifest: 'http://m.internal/c.yaml'"))) == \

@@ -20,6 +20,7 @@ from gpu_provision.k8s.objects import Obj, content_hash, key
 from gpu_provision.operations import atomic
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
 from gpu_provision.operations.kubernetes.probe import KUBECTL, api_or_fail, kubernetes_request
+from gpu_provision.spec import nodepaths
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,10 @@ def cni_applied(source: str | None, registry: str | None, daemonset: str, path: 
         yield (f"python3 -c {shlex.quote(_FETCH_MANIFEST)} {shlex.quote(source)} {shlex.quote(path)} "
                f"{shlex.quote(registry or '')}")
     else:
-        with open(source, encoding="utf-8") as handle:
-            text = rewrite_images(handle.read(), registry)
-        yield atomic.write(path, text)
+        try:  # checked when the cluster file loaded; read boundedly again, it may have changed since
+            data = nodepaths.controller_file(source, "CNI manifest")
+        except ValueError as exc:
+            yield fail_command(str(exc))
+            return
+        yield atomic.write(path, rewrite_images(data.decode("utf-8", errors="replace"), registry))
     yield f"{KUBECTL} apply -f {shlex.quote(path)}"
