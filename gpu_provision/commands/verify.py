@@ -10,6 +10,7 @@ import argparse
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.spec import namespaces
 from gpu_provision.verify import table
 from gpu_provision.verify.report import fleet_status
 
@@ -45,7 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--in-cluster", action="store_true",
                    help="collect the reports of the verification DaemonSet through kubectl instead of SSH")
     p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
-    p.add_argument("--namespace", default="gpu-provision", help="namespace of the DaemonSet (default: %(default)s)")
+    p.add_argument("--namespace", default=namespaces.VERIFICATION,
+                   help="namespace of the DaemonSet (default: %(default)s)")
     p.add_argument("--manifest", action="store_true",
                    help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
     p.set_defaults(handler=run)
