@@ -73,10 +73,29 @@ def host_data(node: Node, source: str, cluster_ssh: SshSettings) -> dict[str, An
     }
 
 
+def _cli_connect_timeout(spec: Cluster) -> None:
+    """Give the ``pyinfra`` command the cluster file's ``ssh.connect_timeout`` unless its config sets one.
+
+    pyinfra reads the connect timeout from its config only (no host data carries it), and its command loads
+    ``config.py`` before the inventory, into the config it then connects with; that config is the one in context
+    while this inventory loads. The fleet commands load inventories without one and bound connections themselves
+    (:mod:`gpu_provision.fleet`), so this changes nothing for them.
+    """
+    from pyinfra.api import Config
+    from pyinfra.context import ctx_config
+
+    if not ctx_config.isset() or not spec.nodes:
+        return
+    config = ctx_config.get()
+    if config is not None and config.CONNECT_TIMEOUT == Config.CONNECT_TIMEOUT:
+        config.CONNECT_TIMEOUT = max(node.ssh.connect_timeout for node in spec.nodes)
+
+
 def groups(path: str) -> dict[str, Any]:
     """pyinfra inventory groups for the cluster file at ``path``: ``all`` as ``(hosts, data)`` with the cluster's
     connection settings as its data, the other groups as lists of ``(host, host data)``."""
     spec = cluster(path)
+    _cli_connect_timeout(spec)
     out: dict[str, Any] = {"all": ([node.name for node in spec.nodes], connection_data(spec.ssh))}
     for node in spec.nodes:
         entry = (node.name, host_data(node, spec.source, spec.ssh))

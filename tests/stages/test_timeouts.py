@@ -15,6 +15,7 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
+from pyinfra.context import ctx_config
 
 from gpu_provision import inventory as gp_inventory
 from gpu_provision.facts import state as facts_state
@@ -26,7 +27,7 @@ version: v1
 cluster:
   name: local
   kubernetes: {{enabled: false}}
-  ssh: {{command_timeout: {command}, probe_timeout: {probe}}}
+  ssh: {{command_timeout: {command}, probe_timeout: {probe}, connect_timeout: 23}}
 nodes:
   - name: gpu-01
     address: 127.0.0.1
@@ -88,3 +89,16 @@ def test_the_probe_command_sends_its_budget_to_the_node() -> None:
     command = facts_state.NodeState().command(request.to_json(), False, 32.0)
     assert '"budget": 32.0' in command
     assert '"budget"' not in facts_state.NodeState().command(request.to_json())
+
+
+def test_the_pyinfra_command_connects_with_the_cluster_files_timeout(local_node: Path) -> None:
+    """pyinfra's command loads config.py into its config, then the inventory with that config in context."""
+    config = Config()
+    with ctx_config.use(config):
+        gp_inventory.groups(str(local_node))
+    assert config.CONNECT_TIMEOUT == 23
+    # A CONNECT_TIMEOUT from config.py (or --config) stays: pyinfra's own settings outrank the cluster file's.
+    config = Config(CONNECT_TIMEOUT=5)
+    with ctx_config.use(config):
+        gp_inventory.groups(str(local_node))
+    assert config.CONNECT_TIMEOUT == 5
