@@ -129,6 +129,14 @@ class Evidence:
         return set(self.probe("system").get("modules") or [])
 
 
+    def pci_drivers(self) -> dict[str, str | None]:
+        """NVIDIA GPUs on the PCI bus (display class ``0x03...``) -> the kernel driver bound to each, None when none
+        is (``system/pci.json``; empty when the bundle lacks it)."""
+        found = self.json("system/pci.json") or {}
+        return {address: item.get("driver") for address, item in found.items()
+                if isinstance(item, dict) and str(item.get("class") or "").startswith("0x03")}
+
+
 def from_archive(path: str, node: str | None = None) -> Evidence:
     """The evidence in the bundle at ``path`` (its ``expectations.json`` included when the controller added it)."""
     files: dict[str, str] = {}

@@ -88,8 +88,13 @@ def library_mismatch(ev: Evidence) -> list[str]:
     module = ev.module_version()
     out = [f"loaded kernel module {module}, library {path} is {version}"
            for path, version in sorted(ev.library_versions().items()) if module and version != module]
-    if not out and "Driver/library version mismatch" in (ev.text("nvidia-smi/nvidia-smi.txt") or ""):
-        out.append("nvidia-smi printed: Failed to initialize NVML: Driver/library version mismatch")
+    printed = ev.text("nvidia-smi/nvidia-smi.txt") or ""
+    if not out and "Driver/library version mismatch" in printed:
+        nvml = re.search(r"NVML library version:\s*(\d+(?:\.\d+)*)", printed)
+        seen = [f"loaded kernel module {module}"] if module else []
+        seen += [f"NVML library {nvml.group(1)}"] if nvml else []
+        out.append("nvidia-smi printed: Failed to initialize NVML: Driver/library version mismatch"
+                   + (f" ({', '.join(seen)})" if seen else ""))
     return out
 
 
@@ -118,17 +123,23 @@ def fabric_manager_down(ev: Evidence) -> list[str]:
 
 
 def nouveau_loaded(ev: Evidence) -> list[str]:
-    """The nouveau module is loaded (it holds the GPUs the NVIDIA driver needs)."""
-    return ["nouveau is loaded"] if "nouveau" in ev.modules() else []
+    """The nouveau module is loaded, or holds a GPU (it binds the GPUs the NVIDIA driver needs)."""
+    out = ["nouveau is loaded"] if "nouveau" in ev.modules() else []
+    return out + [f"GPU {address} is bound to nouveau" for address, driver in sorted(ev.pci_drivers().items())
+                  if driver == "nouveau"]
 
 
 def reboot_pending(ev: Evidence) -> list[str]:
-    """A newer kernel installed than the one running, or the distribution's reboot-required flag."""
+    """A newer kernel installed than the one running (saying when no NVIDIA modules were found for it), or the
+    distribution's reboot-required flag."""
     system = ev.probe("system")
     out = []
     running, pending = system.get("kernel"), system.get("kernel_pending")
     if running and pending and running != pending:
-        out.append(f"running kernel {running}, newest installed {pending}")
+        modules = system.get("nvidia_modules")
+        missing = isinstance(modules, dict) and pending in modules and not modules[pending]
+        out.append(f"running kernel {running}, newest installed {pending}"
+                   + (" (no NVIDIA modules found for it)" if missing else ""))
     if ev.node_file("/var/run/reboot-required") is not None:
         packages = " ".join((ev.node_file("/var/run/reboot-required.pkgs") or "").split())
         out.append("/var/run/reboot-required is present" + (f" (packages: {packages})" if packages else ""))
@@ -229,15 +240,18 @@ RULES: tuple[DoctorRule, ...] = (
          "Install nvidia-fabricmanager of exactly the driver's version and start it (driver.fabric_manager); read "
          "journals/nvidia-fabricmanager.log for its reason.", fabric_manager_down),
     DoctorRule("nouveau-loaded", "nouveau is loaded / NVIDIA driver not loaded",
-         ("files/proc/modules", "probe.json"),
-         "The open-source nouveau module holds the GPUs, so the NVIDIA driver cannot bind to them.",
+         ("files/proc/modules", "probe.json", "system/pci.json"),
+         "The open-source nouveau module holds the GPUs (it is loaded, or bound to a GPU on the PCI bus), so the "
+         "NVIDIA driver cannot bind to them.",
          "Blacklist nouveau (the driver stage writes /etc/modprobe.d/blacklist-nouveau.conf), rebuild the "
          "initramfs and reboot.", nouveau_loaded),
     DoctorRule("reboot-pending", "kernel installed but not running (reboot required)",
          ("probe.json", "files/var/run/reboot-required"),
          "A newer kernel (or a package asking for a reboot) is installed: the driver modules built for it are "
-         "not loaded until the node reboots.", "Drain the node and reboot it (driver.reboot: allowed lets the "
-         "deploy do it).", reboot_pending),
+         "not loaded until the node reboots. A kernel without NVIDIA modules boots with no GPU driver.",
+         "Make sure the new kernel has the NVIDIA modules (its headers for DKMS, or the precompiled modules "
+         "package), then drain the node and reboot it (driver.reboot: allowed lets the deploy do it); "
+         "driver.hold_kernel keeps kernels from being upgraded underneath the driver.", reboot_pending),
     DoctorRule("mig-pending", "MIG mode pending: a GPU reset is required", ("nvidia-smi/q.xml",),
          "MIG mode was changed but takes effect only after a GPU reset; until then the GPU keeps its old mode.",
          "Stop the GPU's processes and reset it (nvidia-smi -r -i GPU), or reboot; the gpu-provision-mig boot "

@@ -67,6 +67,20 @@ def test_user_groups_and_device_listing(tmp_path):
         "mode", "uid", "gid", "group"}
 
 
+def test_nvidia_pci_functions_with_their_bound_driver(tmp_path):
+    for address, vendor, klass in (("0000:17:00.0", "0x10de", "0x030200"), ("0000:18:00.0", "0x10de", "0x030200"),
+                                   ("0000:00:1f.0", "0x8086", "0x060100")):
+        (tmp_path / address).mkdir()
+        for name, value in (("vendor", vendor), ("device", "0x2335"), ("class", klass)):
+            (tmp_path / address / name).write_text(value + "\n")
+    (tmp_path / "0000:17:00.0" / "driver").symlink_to("../../../bus/pci/drivers/nouveau")
+    name, data, entry = collect.pci_item(str(tmp_path))
+    assert name == "system/pci.json" and entry == {"source": str(tmp_path)}
+    assert json.loads(data) == {
+        "0000:17:00.0": {"vendor": "0x10de", "device": "0x2335", "class": "0x030200", "driver": "nouveau"},
+        "0000:18:00.0": {"vendor": "0x10de", "device": "0x2335", "class": "0x030200", "driver": None}}
+
+
 def test_diagnose_is_an_entry_of_the_node_package():
     assert node_main.ENTRIES["diagnose"] == ".diagnose"
 

@@ -70,6 +70,9 @@ def test_mismatch_message_when_nvidia_smi_fails(evidence):
     ev = evidence({"nvidia-smi/nvidia-smi.txt": "Failed to initialize NVML: Driver/library version mismatch\n"
                    "NVML library version: 580.173\n", "nvidia-smi/q.xml": None, "versions/libnvidia-ml.txt": ""})
     assert fired(ev) == ["driver-library-mismatch"]
+    [finding] = examine(ev)
+    assert finding.detail == ("nvidia-smi printed: Failed to initialize NVML: Driver/library version mismatch "
+                              "(loaded kernel module 580.159.04, NVML library 580.173)")
 
 
 XID_LOG = """\
@@ -105,6 +108,25 @@ def test_fabric_manager_not_registered(evidence):
 def test_nouveau_loaded(evidence):
     ev = evidence({"files/proc/modules": "nouveau 2306048 0 - Live 0x0\nmxm_wmi 12288 1 nouveau, Live 0x0\n"})
     assert fired(ev) == ["nouveau-loaded"]
+
+
+def test_gpu_bound_to_nouveau(evidence):
+    """A kernel without /proc/modules (built without module support) still shows nouveau on the PCI bus."""
+    pci = {"0000:17:00.0": {"vendor": "0x10de", "device": "0x2335", "class": "0x030200", "driver": "nouveau"},
+           "0000:65:00.0": {"vendor": "0x10de", "device": "0x2335", "class": "0x030200", "driver": "nvidia"},
+           "0000:05:00.0": {"vendor": "0x10de", "device": "0x22a3", "class": "0x068000", "driver": "nouveau"}}
+    ev = evidence({"system/pci.json": json.dumps(pci), "files/proc/modules": None})
+    assert [(f.rule.id, f.detail) for f in examine(ev)] == [("nouveau-loaded", "GPU 0000:17:00.0 is bound to nouveau")]
+    pci["0000:17:00.0"]["driver"] = "nvidia"
+    assert examine(evidence({"system/pci.json": json.dumps(pci)})) == []
+
+
+def test_pending_kernel_without_nvidia_modules(evidence):
+    probe = json.dumps({"system": {"kernel": "6.8.0-79-generic", "kernel_pending": "6.8.0-85-generic",
+                                   "nvidia_modules": {"6.8.0-79-generic": "dkms", "6.8.0-85-generic": None}}})
+    [finding] = examine(evidence({"probe.json": probe}))
+    assert finding.detail == ("running kernel 6.8.0-79-generic, newest installed 6.8.0-85-generic "
+                              "(no NVIDIA modules found for it)")
 
 
 def test_kernel_installed_but_not_running(evidence):

@@ -120,6 +120,29 @@ def devices_item(pattern="/dev/nvidia*"):
     return "system/devices.json", _json(out), {"source": pattern}
 
 
+def pci_item(root=sources.PCI_DEVICES):
+    """Every NVIDIA PCI function (vendor 0x10de) with its class and the kernel driver bound to it (None when none):
+    a GPU bound to ``nouveau`` (or ``vfio-pci``) is one the NVIDIA driver cannot use, whatever ``/proc/modules``
+    says, and a kernel built without module support has no ``/proc/modules`` at all."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(root, "*"))):
+        values = {}
+        for name in ("vendor", "device", "class"):
+            try:
+                with open(os.path.join(path, name), encoding="utf-8") as handle:
+                    values[name] = handle.read().strip()
+            except OSError:
+                values[name] = None
+        if values["vendor"] != sources.NVIDIA_VENDOR:
+            continue
+        try:
+            values["driver"] = os.path.basename(os.readlink(os.path.join(path, "driver")))
+        except OSError:
+            values["driver"] = None
+        out[os.path.basename(path)] = values
+    return "system/pci.json", _json(out), {"source": root}
+
+
 def users_item(users):
     """The groups of each user the cluster file lets use GPUs (None for a user the node lacks)."""
     out = {}
@@ -211,6 +234,7 @@ def items(request):
     yield packages_item()
     yield kernel_item()
     yield devices_item()
+    yield pci_item()
     yield users_item(request.get("users") or [])
     yield images_item(request.get("images") or [])
     yield from command_items()

@@ -21,6 +21,11 @@ FOLDERS = ("/etc/modprobe.d", "/etc/apt/sources.list.d", "/etc/yum.repos.d", "/e
 #: Folders whose listing is evidence by itself (a device plugin registers a socket in the first).
 LISTINGS = ("/var/lib/kubelet/device-plugins", "/dev/nvidia-caps")
 
+#: PCI functions as the kernel lists them (each with ``vendor``, ``device``, ``class`` and a ``driver`` link when
+#: a driver is bound), and the vendor id of NVIDIA's.
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = "0x10de"
+
 #: Package names worth listing (dpkg-query patterns; rpm output is filtered by the same prefixes).
 PACKAGES = ("nvidia*", "libnvidia*", "cuda*", "datacenter-gpu-manager*", "containerd*", "docker*", "kube*",
             "linux-image*", "kernel*")
