@@ -80,8 +80,10 @@ if not isinstance(r,int) and r is not None or (r or 0)>2:
 
 _INSTALL = """\
 set -e
-umask 077
 c={cache}
+umask 022
+mkdir -p "$(dirname "$c")"
+umask 077
 if [ -L "$c" ] || {{ [ -e "$c" ] && [ ! -d "$c" ]; }}; then
   cat >/dev/null; echo "gpu-provision: $c is not a directory" >&2; exit 1
 fi

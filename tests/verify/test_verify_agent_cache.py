@@ -60,6 +60,7 @@ def test_the_agent_is_sent_once_per_version_then_one_short_command(node) -> None
     assert schema_problems(again) == [] and again["node"] == report["node"]
     assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
     assert cache.stat().st_mode & 0o7777 == 0o700 and cache.stat().st_uid == 0
+    assert cache.parent.stat().st_mode & 0o777 == 0o755  # a parent it makes is not closed to others
     assert (cache / f"{agent.agent_digest()}.pyz").stat().st_mode & 0o777 == 0o600
 
 
