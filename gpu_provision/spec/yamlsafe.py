@@ -7,9 +7,11 @@ reject duplicate keys, and remember where each value and key stands in the file.
 The graph comes from libyaml's composer (PyYAML's C extension, :data:`FAST_LOADER`) when the caller asks for
 ``fast`` and it is installed: on a 10,000-node file it composes in about half the time of PyYAML's pure-Python one. Both
 give the same line, column and index for every node once a leading byte-order mark is dropped (PyYAML counts it in
-its index, libyaml does not), and a plain scalar's style reads ``''`` from one and ``None`` from the other; the two
+its index, libyaml does not), and a plain scalar's style reads ``''`` from one and ``None`` from the other. They
 differ in the wording and sometimes the position of syntax errors, so a document libyaml refuses is composed again
-by PyYAML, whose message is the one reported. :func:`gpu_provision.spec.loader.load_cluster` goes further and loads
+by PyYAML, whose message is the one reported; in the position of an empty value at the very end of a file; and in
+what they accept: libyaml takes a tab as separation where PyYAML refuses it, and drops a byte-order mark after the
+start where PyYAML keeps it as text, so a document with either goes to PyYAML alone. :func:`gpu_provision.spec.loader.load_cluster` goes further and loads
 a file that has any problem again without ``fast``, so every located message is PyYAML's.
 """
 
@@ -141,7 +143,9 @@ def load_yaml(text: str | bytes, filename: str, *, fast: bool = False) -> tuple[
     # PyYAML skips a leading byte-order mark but counts it in its index, libyaml does not: without it both agree, and
     # the index is where a scalar's text is read from.
     text = text[1:] if text.startswith("\ufeff") else text
-    if fast and FAST_LOADER is not None:
+    # libyaml accepts a tab where PyYAML refuses it ("a:<TAB>b") and drops a byte-order mark after the start that
+    # PyYAML keeps as text: such files go to PyYAML alone, so both composers accept the same files with the same values.
+    if fast and FAST_LOADER is not None and "\t" not in text and "\ufeff" not in text:
         try:
             return _document(FAST_LOADER, text, filename)
         except yaml.YAMLError:
