@@ -103,6 +103,7 @@ class Bench:
         self.profile: dict[str, Any] | None = None
         self.first_contact: dict[str, Any] | None = None
         self.verify_first_contact: dict[str, Any] | None = None
+        self.verify_profile: dict[str, Any] | None = None
 
     def expect_file(self) -> Path:
         """The expectations every loopback-fleet host is verified against (its simulated GPUs)."""
@@ -192,6 +193,8 @@ class Bench:
                 self.measure("fleet", hosts[:size], workload, fleet.client_key, fleet.known_hosts, fleet.cpu_seconds)
             if self.args.profile:
                 self.profile = self.profiled(hosts[:self.args.profile], workload, fleet)
+                if "verify" in self.args.tools:
+                    self.verify_profile = self.verify_profiled(hosts[:self.args.profile], fleet)
             if "ours" in self.args.tools:
                 self.unreachable = self.with_bad_hosts(hosts[:min(sizes)], workload, fleet)
 
@@ -226,6 +229,18 @@ class Bench:
         return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2), "in_sync": result.in_sync,
                 "commands_per_host": round(result.commands_per_host, 2), "check_cpu_s": result.check_cpu_s,
                 "hosts_cpu_s": round(fleet.cpu_seconds() - before, 2), "note": result.note}
+
+    def verify_profiled(self, hosts: list[tuple[str, str]], fleet: LoopbackFleet) -> dict[str, Any]:
+        """One more verify run over ``hosts``, under cProfile, grouped as the drift profile is."""
+        folder = self.work / f"verify-profile-{len(hosts)}"
+        folder.mkdir(exist_ok=True)
+        stats = folder / "verify.pstats"
+        result = tools.verify(folder, "fleet", [n for n, _ in hosts],
+                              write_cluster(folder / "cluster.yaml", hosts, fleet.client_key, fleet.known_hosts),
+                              self.expect_file(), profile=stats)
+        return {"hosts": len(hosts), "wall_s": round(result.wall_s, 2),
+                "controller_cpu_s": round(result.controller_cpu_s, 2), "stats": str(stats),
+                "groups": hotspots.summary(stats, len(hosts)) if stats.exists() else []}
 
     def profiled(self, hosts: list[tuple[str, str]], workload: Workload, fleet: LoopbackFleet) -> dict[str, Any]:
         """One more gpu-provision drift run over ``hosts``, under cProfile, grouped by what the time is for."""
@@ -378,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         text += (f"\n\nWhere the controller's time goes (cProfile of one gpu-provision drift run over {prof['hosts']} "
                  f"fleet hosts, {prof['wall_s']:.2f} s wall, {prof['controller_cpu_s']:.2f} s CPU under the "
                  f"profiler):\n" + "\n".join(hotspots.lines(prof["groups"])))
+    if bench.verify_profile:
+        prof = bench.verify_profile
+        text += (f"\n\nWhere the controller's time goes in verify (cProfile of one run over {prof['hosts']} fleet "
+                 f"hosts, {prof['wall_s']:.2f} s wall, {prof['controller_cpu_s']:.2f} s CPU under the profiler):\n"
+                 + "\n".join(hotspots.lines(prof["groups"])))
     if bench.pipeline:
         text += "\n\n" + pipeline_lines(bench.pipeline)
     if bench.unreachable:
@@ -395,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     meta["load_average"] = os.getloadavg()
     (RESULTS / f"{stamp}.json").write_text(json.dumps({"meta": meta, "pipeline": bench.pipeline,
                                                       "profile": bench.profile,
+                                                      "verify_profile": bench.verify_profile,
                                                       "first_contact": bench.first_contact,
                                                       "verify_first_contact": bench.verify_first_contact,
                                                       "unreachable": bench.unreachable,
