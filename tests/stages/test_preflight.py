@@ -94,3 +94,15 @@ def test_distro_docker_is_refused_on_rhel() -> None:
 def test_preinstalled_driver_skips_module_checks() -> None:
     node = replace(H200, driver=replace(H200.driver, install_method="preinstalled"))
     assert _findings(node, fresh("debian12", gpus=8, secure_boot="enabled")) == {}
+
+
+def test_a_probe_that_timed_out_stops_the_node_naming_the_command() -> None:
+    raw = fresh("debian12", gpus=8)
+    raw["timed_out"] = ["timed out after 24 s: nvidia-smi --query-gpu=index,uuid --format=csv"]
+    found = _findings(H200, raw)
+    assert found[("probe", True)] == (
+        "the node did not answer in time (timed out after 24 s: nvidia-smi --query-gpu=index,uuid --format=csv); "
+        "nothing is changed on a partial reading: find what hangs there, or raise ssh.probe_timeout")
+    # Drift shows it as well: a node a deploy would stop.
+    differences = preflight.extra_differences(H200, CLUSTER, NodeStateData(raw))
+    assert [(d.item, d.expected) for d in differences if d.item == "probe"] == [("probe", "pass")]
