@@ -19,11 +19,15 @@ def collect(request):
         out["manager"] = "apt"
         text = _run(["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n"] + names) if names else ""
         found = {}
+        held = set()
         for line in text.splitlines():
             parts = line.split("\t")
             if len(parts) == 3 and parts[2].startswith("ii") or len(parts) == 3 and parts[2][:1] == "h":
                 found[parts[0]] = parts[1]
-        held = set(_run(["apt-mark", "showhold"]).split())
+            # The selection "hold" (what apt-mark hold sets and apt-mark showhold lists) is the status's first
+            # letter: read here rather than by apt-mark, which loads apt's whole cache (about 20 ms of CPU).
+            if len(parts) == 3 and parts[2][:1] == "h":
+                held.add(parts[0])
         for name in names:
             out["packages"][name] = {"version": found.get(name), "held": name in held}
     elif os.path.exists("/usr/bin/rpm"):
