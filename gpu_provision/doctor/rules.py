@@ -116,9 +116,10 @@ def fabric_manager_down(ev: Evidence) -> list[str]:
         state, status = (gpu.findtext("fabric/state") or "N/A").strip(), (gpu.findtext("fabric/status") or "").strip()
         if state != "N/A" and (state != "Completed" or status not in ("Success", "N/A", "")):
             out.append(f"GPU {gpu.get('id')}: fabric state {state}, status {status or 'none'}")
-    unit = (ev.probe("services").get("nvidia-fabricmanager") or {})
-    if out and unit.get("ActiveState") and unit["ActiveState"] != "active":
-        out.append(f"nvidia-fabricmanager is {unit['ActiveState']}")
+    # The probe's services section: unit -> {"loaded", "enabled", "active"} (None for a unit systemd lacks).
+    unit = ev.probe("services").get("nvidia-fabricmanager") or {}
+    if out and unit.get("active") and unit["active"] != "active":
+        out.append(f"nvidia-fabricmanager is {unit['active']}")
     return out
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 #: ``NVRM: Xid (PCI:0000:17:00): 79, pid=..., GPU has fallen off the bus.`` (the ``PCI:`` prefix is optional).
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)\b")
+#: Xid 154's own words: ``GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)``.
+_RECOVERY = re.compile(r"recovery action changed from .*? to 0x[0-9a-fA-F]+ \(([^)]+)\)")
 
 
 @cache
@@ -36,9 +38,12 @@ class XidEvents:
             "status": "unknown"}
 
     def action(self) -> str:
-        """What to do, in words, from the catalogue's immediate-action bucket."""
+        """What to do, in words, from the catalogue's immediate-action bucket; for Xid 154, whose bucket is "follow
+        the action the line names", the action its last line names."""
         bucket = self.entry()["action"]
-        return f"{bucket}: {catalog()['actions'].get(bucket, bucket)}"
+        text = f"{bucket}: {catalog()['actions'].get(bucket, bucket)}"
+        named = _RECOVERY.search(self.last) if self.code == 154 else None
+        return text + (f"; the last line names: {named.group(1)}" if named else "")
 
 
 def xid_events(log: str) -> list[XidEvents]:

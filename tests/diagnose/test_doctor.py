@@ -89,16 +89,17 @@ def test_xid_lines_decoded_with_catalogue_action(evidence):
     assert {f.rule.id for f in findings} == {"xid-errors"}
     details = [f.detail for f in findings]
     assert details[0].startswith("Xid 13 (ROBUST_CHANNEL_GR_EXCEPTION: ") and "x1 on 0000:b3:00; RESTART_APP" in details[0]
-    assert "x2 on 0000:65:00; RESET_GPU" in details[1] and details[1].startswith("Xid 63 ")
+    assert "x2 on 0000:65:00; IGNORE" in details[1] and details[1].startswith("Xid 63 ")
     assert details[2].startswith("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS") and "RESTART_BM" in details[2]
-    assert details[2].endswith("[catalogue entry unconfirmed]")
+    assert not any("[catalogue entry" in detail for detail in details)  # every entry read in the catalogue itself
 
 
 def test_fabric_manager_not_registered(evidence):
     xml = evidence(host="h200x2").text("nvidia-smi/q.xml") or ""
     broken = xml.replace("<state>Completed</state>", "<state>In Progress</state>", 1)
     broken = broken.replace("<status>Success</status>", "<status>N/A</status>", 1)
-    probe = json.dumps({"services": {"nvidia-fabricmanager": {"ActiveState": "failed"}}})
+    probe = json.dumps({"services": {"nvidia-fabricmanager": {"loaded": True, "enabled": "enabled",
+                                                              "active": "failed"}}})
     findings = examine(evidence({"nvidia-smi/q.xml": broken, "probe.json": probe}, host="h200x2"))
     assert {f.rule.id for f in findings} == {"fabric-manager-down"}
     assert [f.detail for f in findings][-1] == "nvidia-fabricmanager is failed"
