@@ -25,7 +25,7 @@ from pathlib import Path
 
 import gpu_provision
 import gpu_provision_rig
-from gpu_provision_rig import aptproxy, network, sshkeys
+from gpu_provision_rig import aptproxy, cgroups, network, sshkeys
 from gpu_provision_rig.base import ensure_base
 from gpu_provision_rig.config import (
     BRIDGE_ADDRESS,
@@ -54,6 +54,7 @@ NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
             "HOME": "/root", "TERM": "dumb"}
 SSH_WAIT_S = 180.0
 NODE_STOP_S = 20.0
+NODE_LEFTOVER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -239,16 +240,26 @@ class Rig:
     # -- single nodes --------------------------------------------------------------------------------------------
 
     def _stop_node(self, name: str, fresh: bool, timeout: float = NODE_STOP_S) -> None:
-        """Stop node ``name`` (clean poweroff, or kill it when ``fresh`` as its changes are dropped anyway)."""
+        """Stop node ``name`` (clean poweroff, or kill it when ``fresh`` as its changes are dropped anyway) and
+        return only when none of its processes is left: the node process, nspawn, the node's systemd and whatever
+        it started (all in the node's own cgroups, see :mod:`gpu_provision_rig.cgroups`)."""
         layout = self.layout(name)
         if fresh:
             self._kill_leader(layout)
         stop_daemon(layout.pidfile, timeout=timeout)
         leader = leader_pid(layout)
         if leader is not None:
-            os.kill(leader, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(leader, signal.SIGKILL)
             wait_gone(layout.leader_pidfile, 5.0)
         layout.leader_pidfile.unlink(missing_ok=True)
+        # The node process has had ``timeout`` to power the node off; what is left gets a moment, then SIGKILL.
+        killed = cgroups.clear(layout.dir, grace=NODE_LEFTOVER_S)
+        if killed:
+            log.warning("node %s: killed %d process(es) left after it stopped", name, len(killed))
+        left = cgroups.processes(layout.dir)
+        if left:
+            raise RigError(f"rig node {name}: processes {sorted(left)} did not end after SIGKILL")
         unmount_overlay(layout)
         if fresh:
             wipe(layout)

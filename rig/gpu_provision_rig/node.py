@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_provision_rig import cgroups
 from gpu_provision_rig.config import (
     BRIDGE_NAME,
     PASSWORD_SUDO_USER,
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(message)s", stream=sys.stdout)
     os.chdir("/")
+    cgroups.enter(args.dir, args.name)  # before nspawn: the node's processes in cgroups of its own
     NodeProcess(NodeLayout(args.dir), args.name).run()
 
 

@@ -55,6 +55,8 @@ def test_down_leaves_nothing_behind(rig_exclusive, rig_nodes):
     assert _processes_mentioning(state) == []
     assert _processes_mentioning("gpu_provision_rig.") == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in leaders)
+    # Each node's own cgroups (gpu_provision_rig.cgroups) are gone with every process that was in them.
+    assert [str(p) for p in Path("/sys/fs/cgroup").glob("**/gpu-provision-rig-*")] == []
     with open("/proc/self/mountinfo") as f:
         assert [line for line in f if state in line] == []
     assert not network.bridge_exists()
