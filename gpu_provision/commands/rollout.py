@@ -19,10 +19,14 @@ progress; 2 in every action: a node not reached or not fully compared, or a bad 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, say, use_cluster
 
-ACTIONS = ("run", "plan", "status")
+ACTIONS = ("run", "plan", "status", "prepare", "finish")
+
+if TYPE_CHECKING:
+    from gpu_provision.rollout.engine import Mode
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,8 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
          "gpu-provision rollout status --cluster site/cluster.yaml --json"],
         findings="changes planned; a node failed or left; a node failed or in progress",
         errors="a node not reached or not fully compared, or a bad cluster file")
-    p.add_argument("action", nargs="?", default="run", metavar="{run,plan,status}",
-                   help="run (default): carry the rollout out; plan: show it; status: the recorded states")
+    p.add_argument("action", nargs="?", default="run", metavar="{run,plan,status,prepare,finish}",
+                   help="run (default): carry the rollout out; plan: show it; status: the recorded states; "
+                        "prepare: one batch up to apply-required (cordoned, jobs waited for, pods evicted) for "
+                        "operators who then run the deploy with pyinfra; finish: verify those nodes and uncordon "
+                        "the ones that pass")
     add_fleet_options(p, "seconds the probe may run on a node (default: 120; a node's change is not bounded)")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="nodes changed at once (default: the cluster file's rollout.max_parallel)")
@@ -115,19 +122,22 @@ def run(args: argparse.Namespace) -> int:
     _quiet_pyinfra()
     if action == "status":
         return _status(args, cluster, settings)
+    if action == "finish":
+        return _roll(args, cluster, settings, None, unavailable, stages, "finish")
     report = check_fleet(inventory, load_stages(stages), settings, progress=progress())
     plan = plan_rollout(report, cluster, args.max_parallel, unavailable)
     if action == "plan":
         emit(args, plan.to_json(), plan.render)
         return plan.exit_status
-    return _roll(args, cluster, settings, plan, unavailable, stages)
+    return _roll(args, cluster, settings, plan, unavailable, stages, "prepare" if action == "prepare" else "run")
 
 
 def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable,  # type: ignore[no-untyped-def]
-          stages: list[str]) -> int:
+          stages: list[str], mode: Mode) -> int:
     """Carry the plan out with SIGINT turned into a safe stop."""
     import contextlib
 
+    from gpu_provision.fleet import chosen_hosts
     from gpu_provision.rollout.engine import interrupt_on_sigint
     from gpu_provision.rollout.execute import Fleet, policy_of, roll
 
@@ -135,9 +145,10 @@ def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable,  # typ
     policy = policy_of(cluster, args.max_parallel, unavailable, poll=args.poll)
     with contextlib.ExitStack() as stack:
         report = roll(fleet, plan, policy, args.retry_failed, log=say,
-                      on_rollout=lambda r: stack.enter_context(interrupt_on_sigint(r)))
+                      on_rollout=lambda r: stack.enter_context(interrupt_on_sigint(r)), mode=mode,
+                      names=[h.name for h in chosen_hosts(fleet.inventory, settings.limit)])
     emit(args, report.to_json(), report.render)
-    if any(n.status in ("not-checked", "error") for n in plan.nodes):
+    if plan is not None and any(n.status in ("not-checked", "error") for n in plan.nodes):
         return 2
     return report.exit_status
 
@@ -150,7 +161,8 @@ def _status(args: argparse.Namespace, cluster, settings) -> int:  # type: ignore
 
     fleet = Fleet(args.inventory, cluster, settings, report_dir=None)
     names = [h.name for h in chosen_hosts(fleet.inventory, settings.limit)]
-    nodes = {n["metadata"]["name"]: n for n in fleet.kube.nodes()} if fleet.kube else {}
+    kube = fleet.kube
+    nodes = {n["metadata"]["name"]: n for n in fleet.on_control_plane(kube.nodes)} if kube else {}
     recorded = fleet.recorded(names)
     doc = status_doc(names, recorded, nodes)
     emit(args, doc, lambda: status_text(doc))

@@ -39,7 +39,10 @@ from gpu_provision.rollout.disruption import Disruption
 from gpu_provision.rollout.states import CHANGING, DONE, FAILED, Record
 
 REPORT_VERSION = "gpu-provision.rollout/v1"
-Result = Literal["done", "failed", "backed-out", "not-started", "skipped"]
+Result = Literal["done", "prepared", "failed", "backed-out", "not-started", "skipped"]
+#: ``run``: every step; ``prepare``: one batch up to ``apply-required`` (the operator runs the deploy);
+#: ``finish``: nodes in ``apply-required`` or later, from verification to ``upgrade-done``.
+Mode = Literal["run", "prepare", "finish"]
 
 
 class KubeApi(Protocol):
@@ -173,7 +176,8 @@ class Report:
         counts = Counter(o.result for o in self.outcomes.values())
         return {"version": REPORT_VERSION, "settings": self.settings, "seconds": round(self.seconds, 3),
                 "interrupted": self.interrupted, "stopped": self.stopped or None,
-                "summary": {r: counts.get(r, 0) for r in ("done", "failed", "backed-out", "not-started", "skipped")},
+                "summary": {r: counts.get(r, 0) for r in ("done", "prepared", "failed", "backed-out", "not-started",
+                                                          "skipped")},
                 "batches": [{"index": i, "nodes": list(n)} for i, n in self.batches],
                 "nodes": [o.to_json() for o in self.outcomes.values()], "exit_status": self.exit_status}
 
@@ -209,8 +213,10 @@ class Rollout:
     """One rollout run over ``targets`` (see the module's docstring)."""
 
     def __init__(self, policy: Policy, kube: KubeApi | None, run_batch: RunBatch,
-                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.time) -> None:
+                 log: Callable[[str], None] = lambda line: None, clock: Callable[[], float] = time.time,
+                 mode: Mode = "run") -> None:
         self.policy, self.kube, self.run_batch, self.log, self.clock = policy, kube, run_batch, log, clock
+        self.mode = mode
         self._interrupted = threading.Event()
 
     # -- control -------------------------------------------------------------------------------------------------
@@ -246,10 +252,15 @@ class Rollout:
         report = Report(outcomes)
         sizes = dict(group_sizes or Counter(t.group for t in [*targets, *failed_before]))
         failed = Counter(t.group for t in failed_before)
+        if self.mode == "finish":
+            return self._finish_all(targets, report, started)
         quiet = [t for t in targets if t.disruption == "none" and not t.resumed]
         waiting = [t for t in targets if t.resumed] + [t for t in targets if t not in quiet and not t.resumed]
         by_name = {t.name: t for t in targets}
-        if quiet and not self.interrupted:
+        if quiet and self.mode == "prepare":
+            for t in quiet:
+                outcomes[t.name] = Outcome(t.name, "prepared", "its changes disrupt nothing: no cordon needed")
+        elif quiet and not self.interrupted:
             report.batches.append((0, tuple(t.name for t in quiet)))
             self._run(0, [t.name for t in quiet], by_name, outcomes, quiet=True)
         number = 0
@@ -265,11 +276,28 @@ class Rollout:
             self._run(number, [t.name for t in batch], by_name, outcomes, quiet=False)
             waiting = [t for t in waiting if t not in batch]
             failed.update(t.group for t in batch if outcomes[t.name].result == "failed")
+            if self.mode == "prepare":
+                for t in waiting:
+                    outcomes[t.name].reason = "prepare takes one batch: finish this one first"
+                break
         if self.interrupted:
             report.interrupted = True
             for t in waiting:
                 if outcomes[t.name].result == "not-started":
                     outcomes[t.name].reason = "interrupted before its batch"
+        report.seconds = self.clock() - started
+        return report
+
+    def _finish_all(self, targets: list[Target], report: Report, started: float) -> Report:
+        """``finish``: every node whose change was made (state ``apply-required`` or later), all at once."""
+        ready = [t for t in targets if t.previous is not None and t.previous.state in CHANGING]
+        for t in targets:
+            if t not in ready:
+                state = t.previous.state if t.previous else "never rolled"
+                report.outcomes[t.name] = Outcome(t.name, "skipped", f"not prepared ({state})")
+        if ready and not self.interrupted:
+            report.batches.append((1, tuple(t.name for t in ready)))
+            self._run(1, [t.name for t in ready], {t.name: t for t in ready}, report.outcomes, quiet=False)
         report.seconds = self.clock() - started
         return report
 
@@ -343,6 +371,9 @@ class Rollout:
         keep = bool(target.previous and target.previous.keep_cordoned)
         unavailable_from: float | None = None
         try:
+            if self.mode == "finish":
+                self._after_change(target, ops, outcome, keep)
+                return
             self._set(target, ops, outcome, "upgrade-required", "; ".join(target.changes[:3]), keep)
             if target.kubernetes and self.kube is not None:
                 self._set(target, ops, outcome, "cordon-required", keep_cordoned=keep)
@@ -358,19 +389,13 @@ class Rollout:
             if unavailable_from is None:
                 unavailable_from = self.clock()
             self._set(target, ops, outcome, "apply-required", keep_cordoned=keep)
+            if self.mode == "prepare":
+                outcome.result = "prepared"
+                return
             reason = ops.change()
             if reason:
                 raise Failed(f"the change failed: {reason}")
-            self._set(target, ops, outcome, "validation-required", keep_cordoned=keep)
-            reason = ops.verify()
-            if reason:
-                raise Failed(f"verification failed: {reason}")
-            if target.kubernetes and self.kube is not None:
-                self._set(target, ops, outcome, "uncordon-required", keep_cordoned=keep)
-                if not keep:
-                    self.kube.uncordon(target.name)
-            self._set(target, ops, outcome, DONE)
-            outcome.result = "done"
+            self._after_change(target, ops, outcome, keep)
         except BackOut as exc:
             outcome.result, outcome.reason = "backed-out", str(exc)
             try:
@@ -386,8 +411,22 @@ class Rollout:
                 self._set(target, ops, outcome, FAILED, reason, keep_cordoned=keep)
             except Exception as err:
                 outcome.reason += f" (recording it failed too: {type(err).__name__}: {err})"
-        if unavailable_from is not None:
-            outcome.unavailable_s = self.clock() - unavailable_from
+        finally:
+            if unavailable_from is not None:
+                outcome.unavailable_s = self.clock() - unavailable_from
+
+    def _after_change(self, target: Target, ops: NodeOps, outcome: Outcome, keep: bool) -> None:
+        """Verification, then uncordon only when it passed: ``upgrade-done``."""
+        self._set(target, ops, outcome, "validation-required", keep_cordoned=keep)
+        reason = ops.verify()
+        if reason:
+            raise Failed(f"verification failed: {reason}")
+        if target.kubernetes and self.kube is not None:
+            self._set(target, ops, outcome, "uncordon-required", keep_cordoned=keep)
+            if not keep:
+                self.kube.uncordon(target.name)
+        self._set(target, ops, outcome, DONE)
+        outcome.result = "done"
 
     def _check_interrupt(self, target: Target) -> None:
         if self.interrupted and (target.previous is None or target.previous.state not in CHANGING):

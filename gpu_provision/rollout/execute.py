@@ -16,8 +16,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +31,26 @@ from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet
 from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
 from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
-from gpu_provision.rollout.engine import NodeOps, Outcome, Policy, Report, Rollout, Target
+from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, Rollout, Target
 from gpu_provision.rollout.kubectl import KubectlApi
 from gpu_provision.rollout.plan import RolloutPlan
-from gpu_provision.rollout.states import DONE, FAILED, STATE_FILE, Record, record_from_file, record_from_node
+from gpu_provision.rollout.states import (
+    DONE,
+    FAILED,
+    IN_PROGRESS,
+    STATE_FILE,
+    Record,
+    record_from_file,
+    record_from_node,
+)
 from gpu_provision.spec.model import Cluster
 
 KUBECONFIG = "/etc/kubernetes/admin.conf"
+#: kubectl's words when the API server does not answer; such calls are retried for API_RETRY_S seconds.
+API_DOWN = "The connection to the server"
+API_RETRY_S = 120.0
+#: Seconds a batch's nodes wait for the control plane's connection before they fail.
+CONTROL_PLANE_WAIT_S = 120.0
 #: Stages the change runs by default; ``verify`` is the verification phase after it.
 CHANGE_STAGES = ("preflight", "driver", "runtime", "toolkit", "permissions", "mig", "kubernetes")
 #: Never stopped on a control-plane node: its kubelet runs the API server's static pods.
@@ -68,28 +83,35 @@ def _run(reached: Reached, command: str, stdin: str | None = None) -> tuple[bool
     return bool(ok), out, err
 
 
-class RemoteKubectl:
-    """``kubectl`` on a control-plane node: each call one fleet run over that node alone, one call at a time."""
+class HostKubectl:
+    """``kubectl`` on the control-plane node of the fleet run in progress (its connection, set by :class:`Fleet`),
+    one call at a time.
 
-    def __init__(self, inventory_path: str, control_plane: str, settings: FleetSettings) -> None:
-        self.inventory = load_inventory(inventory_path)
+    pyinfra keeps the running State in one process-wide context, so two fleet runs at once would mix their
+    operations: kubectl therefore rides on the batch's own run instead of a run of its own. While the API server
+    does not answer (a control plane rebooting with its change), a call is retried for up to
+    :data:`API_RETRY_S` seconds.
+    """
+
+    def __init__(self, control_plane: str) -> None:
         self.control_plane = control_plane
-        self.settings = FleetSettings(settings.parallel, settings.connect_timeout, settings.command_timeout,
-                                      (control_plane,))
+        self.reached: Reached | None = None
         self.lock = threading.Lock()
         self.calls = 0
 
     def __call__(self, args: list[str], stdin: str | None = None) -> tuple[int, str, str]:
-        """Run ``kubectl ARGS``; exit status 255 with the reason when the control plane cannot be reached."""
+        """Run ``kubectl ARGS``; exit status 255 with the reason when the control plane is not connected."""
         command = f"kubectl --kubeconfig={KUBECONFIG} " + " ".join(shlex.quote(a) for a in args)
-        with self.lock:
-            self.calls += 1
-            run = run_fleet(self.inventory, lambda reached: _run(reached, command, stdin), self.settings)
-        result = run.hosts[0]
-        if result.unreached is not None or result.value is None:
-            return 255, "", f"control plane {self.control_plane}: {result.unreached}"
-        ok, out, err = result.value
-        return (0 if ok else 1), out, err
+        deadline = time.monotonic() + API_RETRY_S
+        while True:
+            if self.reached is None:
+                return 255, "", f"control plane {self.control_plane} is not connected"
+            with self.lock:
+                self.calls += 1
+                ok, out, err = _run(self.reached, command, stdin)
+            if ok or API_DOWN not in err or time.monotonic() >= deadline:
+                return (0 if ok else 1), out, err
+            time.sleep(2)
 
 
 @dataclass
@@ -140,7 +162,8 @@ class RemoteNode:
         return [u for u in MODE_HOLDERS if u in held and u not in keep]
 
     def change(self) -> str | None:
-        """Stop the GPU clients, run the deploy's stages but verify on this node, start the clients again."""
+        """Stop the GPU clients, run the deploy's stages but verify on this node (rebooting before it when a
+        reboot is pending, and after it when the change needs one), start the clients again."""
         from gpu_provision.stages.pipeline import gpu_node
 
         stopped = self._holders()
@@ -148,17 +171,51 @@ class RemoteNode:
             ok, _, err = _run(self.reached, "systemctl stop " + " ".join(stopped))
             if not ok:
                 return f"cannot stop the GPU clients {', '.join(stopped)}: {self._last_error(err)}"
-        try:
-            _, ok = self.reached.apply(gpu_node, stages=list(self.stages), report_dir=None)
-        except Exception as exc:  # pyinfra raises for a host it lost (a reboot that never came back)
-            ok, reason = False, f"{type(exc).__name__}: {exc}"
-        else:
-            reason = "" if ok else f"the deploy failed: {self.reached.log.last_error or 'see its output'}"
+        reason = self._reboot_when_needed()
+        if reason is None:
+            try:
+                _, ok = self.reached.apply(gpu_node, stages=list(self.stages), report_dir=None)
+            except Exception as exc:  # pyinfra raises for a host it lost
+                ok, reason = False, f"{type(exc).__name__}: {exc}"
+            else:
+                reason = None if ok else f"the deploy failed: {self.reached.log.last_error or 'see its output'}"
+        if reason is None:
+            reason = self._reboot_when_needed()
         if stopped:
             # Started again unless the change already did (or a reboot did, for enabled units).
             _run(self.reached, "for u in " + " ".join(stopped) + "; do systemctl is-active -q $u || "
                  "systemctl start $u; done; true")
-        return reason or None
+        return reason
+
+    def _reboot_when_needed(self) -> str | None:
+        """Reboot the node when its driver needs it (the driver stage's own reason, read now), the file allows it
+        (``driver.reboot: allowed``) and the kernel guard does; None when done or not needed, else why not.
+
+        The deploy decides its reboot from what it read before changing anything, so a driver it upgrades is
+        loaded only at a later reboot: the rollout takes that reboot here, while the node is out of service.
+        """
+        from gpu_provision.facts.state import invalidate, node_state
+        from gpu_provision.inventory import cluster_for, node_for
+        from gpu_provision.stages import driver
+
+        if "driver" not in self.stages:
+            return None
+        host = self.reached.host
+        with ctx_state.use(self.reached.state), ctx_host.use(host):
+            node, cluster = node_for(host), cluster_for(host)
+            if not driver.managed(node):
+                return None
+            invalidate(host)
+            state = node_state(host, driver.request(node, cluster))
+        why = driver.reboot_reason(node, state)
+        if why is None:
+            return None
+        if node.driver.reboot != "allowed":
+            return f"a reboot is needed ({why}) and driver.reboot is not 'allowed'"
+        refused = driver.reboot_refused(node, state)
+        if refused:
+            return f"not rebooting: {refused}"
+        return reboot(self.reached, why)
 
     def verify(self) -> str | None:
         """The verification phase: the ``verify`` stage's report; None when the node passed."""
@@ -171,6 +228,42 @@ class RemoteNode:
         if failed:
             return f"{failed.get('id')}: {failed.get('reason')}"
         return str(report.get("error") or f"status {report.get('status')}")
+
+
+#: Written to /run (a tmpfs, empty after every boot) before a reboot: its absence shows the node rebooted.
+BOOT_MARK = "/run/gpu-provision/rollout-boot"
+REBOOT_TIMEOUT_S = 900.0
+
+
+def reboot(reached: Reached, why: str) -> str | None:
+    """Reboot a reached node and wait until it is back and booted; None when it is, else why not.
+
+    A mark in ``/run`` tells the boots apart (pyinfra's own reboot compares uptimes, which a container shares
+    with its host); the node's own ``systemctl is-system-running --wait`` says when its boot is over.
+    """
+    host = reached.host
+    token = os.urandom(8).hex()
+    ok, _, err = _run(reached, f"mkdir -p {BOOT_MARK.rsplit('/', 1)[0]} && echo {token} > {BOOT_MARK} && "
+                               "( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
+    if not ok:
+        return f"cannot reboot ({why}): {err.strip()[-200:]}"
+    time.sleep(5)
+    host.disconnect()
+    deadline = time.monotonic() + REBOOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        try:
+            host.connect(show_errors=False)
+        except Exception:  # not back yet
+            continue
+        if not host.connected:
+            continue
+        ok, out, _ = _run(reached, f"cat {BOOT_MARK} 2>/dev/null || true")
+        if ok and token not in out:
+            _run(reached, "timeout 300 systemctl is-system-running --wait >/dev/null 2>&1 || true")
+            return None
+        host.disconnect()
+    return f"rebooted ({why}) but not back within {REBOOT_TIMEOUT_S:.0f}s"
 
 
 def control_plane_of(cluster: Cluster, inventory: Inventory) -> str | None:
@@ -195,31 +288,73 @@ class Fleet:
         self.settings = settings
         self.report_dir = report_dir
         control_plane = control_plane_of(cluster, self.inventory)
-        self.kubectl = RemoteKubectl(inventory_path, control_plane, settings) if control_plane else None
+        self.kubectl = HostKubectl(control_plane) if control_plane else None
         self.kube = KubectlApi(self.kubectl) if self.kubectl else None
 
     def node_settings(self, names: Iterable[str]) -> FleetSettings:
         """The runner's settings for a batch: those nodes, no bound on a command (a deploy may reboot)."""
         return FleetSettings(self.settings.parallel, self.settings.connect_timeout, None, tuple(names))
 
-    def run_batch(self, names: list[str], work: Callable[[str, NodeOps], Outcome]) -> Mapping[str, Outcome]:
-        """One fleet run over ``names``, each node's ``work`` on its own connection."""
-        roles = {n.name: n.role for n in self.cluster.nodes}
+    def on_control_plane(self, func: Callable[[], Any]) -> Any:
+        """``func()`` with kubectl connected (a fleet run over the control plane alone); ``func()`` alone outside
+        Kubernetes."""
+        kubectl = self.kubectl
+        if kubectl is None:
+            return func()
 
-        def one(reached: Reached) -> Outcome:
+        def connected(reached: Reached) -> Any:
+            kubectl.reached = reached
+            try:
+                return func()
+            finally:
+                kubectl.reached = None
+
+        run = run_fleet(self.inventory, connected, self.node_settings([kubectl.control_plane]))
+        result = run.hosts[0]
+        if result.unreached is not None:
+            raise GpuProvisionError(f"control plane {kubectl.control_plane}: {result.unreached}")
+        return result.value
+
+    def run_batch(self, names: list[str], work: Callable[[str, NodeOps], Outcome]) -> Mapping[str, Outcome]:
+        """One fleet run over ``names`` (and the control plane, for kubectl), each node's ``work`` on its own
+        connection."""
+        roles = {n.name: n.role for n in self.cluster.nodes}
+        kubectl = self.kubectl
+        control_plane = kubectl.control_plane if kubectl else None
+        hosts = list(names) + ([control_plane] if control_plane and control_plane not in names else [])
+        connected, finished = threading.Event(), threading.Event()
+
+        def progress(done: int, failed: int, total: int) -> None:
+            # Every node finished (or was not reached): the control plane's connection may go.
+            if done + failed >= len(names):
+                finished.set()
+
+        def one(reached: Reached) -> Outcome | None:
             name = reached.host.name
+            if kubectl is not None and name == control_plane:
+                kubectl.reached = reached
+                connected.set()
+                if name not in names:
+                    finished.wait()
+                    return None
+            if kubectl is not None and not connected.wait(CONTROL_PLANE_WAIT_S):
+                return Outcome(name, "failed", f"control plane {control_plane} not reached: kubectl cannot run")
             return work(name, RemoteNode(reached, roles.get(name) == "control-plane", self.report_dir, self.stages))
 
-        run = run_fleet(self.inventory, one, self.node_settings(names))
+        try:
+            run = run_fleet(self.inventory, one, self.node_settings(hosts), progress=progress)
+        finally:
+            if kubectl is not None:
+                kubectl.reached = None
         return {r.name: r.value if r.value is not None else Outcome(r.name, "failed", r.unreached or "not reached")
-                for r in run.hosts}
+                for r in run.hosts if r.name in names}
 
     def recorded(self, names: Iterable[str]) -> dict[str, Record | None]:
         """Each node's recorded state: Node labels for Kubernetes nodes, the state file for the others."""
         names = list(names)
         out: dict[str, Record | None] = {}
         if self.kube is not None:
-            nodes = {n["metadata"]["name"]: n for n in self.kube.nodes()}
+            nodes = {n["metadata"]["name"]: n for n in self.on_control_plane(self.kube.nodes)}
             for name in names:
                 out[name] = record_from_node(nodes[name]) if name in nodes else None
             return out
@@ -263,6 +398,18 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
     return roll, skipped
 
 
+def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, Record | None]) -> list[Target]:
+    """``finish``: the nodes a previous ``prepare`` (or run) left in progress, whatever drift says now."""
+    by_name = {n.name: n for n in cluster.nodes}
+    out = []
+    for name in names:
+        previous, node = recorded.get(name), by_name.get(name)
+        if node is not None and previous is not None and previous.state in IN_PROGRESS:
+            out.append(Target(name, "gpu-idle", node.group or "", node.role == "control-plane",
+                              cluster.kubernetes.enabled, previous=previous))
+    return out
+
+
 def group_sizes(cluster: Cluster) -> dict[str, int]:
     """Nodes per node group in the cluster file (the base of percentage budgets, whatever ``--limit`` says)."""
     sizes: dict[str, int] = {}
@@ -271,19 +418,25 @@ def group_sizes(cluster: Cluster) -> dict[str, int]:
     return sizes
 
 
-def roll(fleet: Fleet, plan: RolloutPlan, policy: Policy, retry_failed: bool, log: Callable[[str], None],
-         on_rollout: Callable[[Rollout], Any] | None = None) -> Report:
-    """Run the rollout the plan describes; ``on_rollout`` receives the engine first (to hook SIGINT)."""
-    names = [n.name for n in plan.nodes]
+def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: bool, log: Callable[[str], None],
+         on_rollout: Callable[[Rollout], Any] | None = None, mode: Mode = "run",
+         names: Iterable[str] = ()) -> Report:
+    """Run the rollout the plan describes (``finish`` needs no plan: the nodes' recorded states say what is
+    left); ``on_rollout`` receives the engine first (to hook SIGINT)."""
+    names = [n.name for n in plan.nodes] if plan is not None else list(names)
     recorded = fleet.recorded(names)
-    roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
-    rollout = Rollout(policy, fleet.kube, fleet.run_batch, log=log)
+    skipped: list[Target] = []
+    if plan is None:
+        roll_targets = finish_targets(fleet.cluster, names, recorded)
+    else:
+        roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
+    rollout = Rollout(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)
     if on_rollout is not None:
         on_rollout(rollout)
     report = rollout.run(roll_targets, group_sizes(fleet.cluster), skipped)
-    for node in plan.nodes:
-        if node.name not in report.outcomes:
-            report.outcomes[node.name] = Outcome(node.name, "done", "nothing to change")
+    for name in names if plan is not None else ():
+        if name not in report.outcomes:
+            report.outcomes[name] = Outcome(name, "done", "nothing to change")
     report.outcomes = {n: report.outcomes[n] for n in names if n in report.outcomes}
     report.settings = {"max_parallel": policy.max_parallel, "max_unavailable": policy.max_unavailable,
                        "retry_failed": retry_failed}

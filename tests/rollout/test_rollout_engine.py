@@ -281,3 +281,21 @@ def test_outside_kubernetes_wait_waits_for_the_containers_to_end():
     assert report.outcomes["gpu-01"].result == "done"
     assert looks["n"] >= 3 and node.stopped == [] and node.changed_with_gpu_pods == []
     assert "wait-for-jobs-required" in node.file_history
+
+
+def test_prepare_takes_one_batch_to_apply_required_and_finish_verifies_and_uncordons():
+    cluster, nodes, _ = setup(**{"gpu-02": {"verify_fails": "gpu.driver_version: 580.126.09"}})
+    prepared = Rollout(policy(), cluster, thread_batches(nodes), mode="prepare").run(targets())
+    assert [prepared.outcomes[n].result for n in NAMES] == ["prepared", "prepared", "not-started", "not-started"]
+    assert "finish this one first" in prepared.outcomes["gpu-03"].reason
+    assert prepared.exit_status == 1
+    for name in NAMES[:2]:
+        assert cluster.history[name] == FULL[:4] and cluster.unschedulable(name)
+        assert nodes[name].changed == 0  # the operator runs the deploy
+    finishing = [Target(n, "gpu-idle", kubernetes=True, previous=cluster.recorded(n)) for n in NAMES
+                 if cluster.recorded(n)]
+    finished = Rollout(policy(), cluster, thread_batches(nodes), mode="finish").run(finishing)
+    assert finished.outcomes["gpu-01"].result == "done" and not cluster.unschedulable("gpu-01")
+    assert cluster.history["gpu-01"][-3:] == FULL[-3:]
+    assert finished.outcomes["gpu-02"].result == "failed" and cluster.unschedulable("gpu-02")
+    assert all(nodes[n].changed == 0 for n in NAMES)
