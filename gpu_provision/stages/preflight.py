@@ -159,8 +159,12 @@ def _probe_findings(state: NodeStateData) -> list[Finding]:
 
 
 def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding]:
-    """Every failed check (fatal) and warning for ``node``."""
-    out = [*_probe_findings(state), *_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
+    """Every failed check (fatal) and warning for ``node``; only the probe's when it timed out (the other checks
+    would read its missing readings as an unknown OS, no disk, no memory)."""
+    late = _probe_findings(state)
+    if late:
+        return late
+    out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
            *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "

@@ -103,6 +103,9 @@ def test_a_probe_that_timed_out_stops_the_node_naming_the_command() -> None:
     assert found[("probe", True)] == (
         "the node did not answer in time (timed out after 24 s: nvidia-smi --query-gpu=index,uuid --format=csv); "
         "nothing is changed on a partial reading: find what hangs there, or raise ssh.probe_timeout")
+    # A section that timed out is missing, not empty: the other checks do not report what they cannot read.
+    raw["system"] = {"error": "TimedOut: timed out after 24 s: dkms status"}
+    assert list(_findings(H200, raw)) == [("probe", True)]
     # Drift shows it as well: a node a deploy would stop.
     differences = preflight.extra_differences(H200, CLUSTER, NodeStateData(raw))
     assert [(d.item, d.expected) for d in differences if d.item == "probe"] == [("probe", "pass")]
