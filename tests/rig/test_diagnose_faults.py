@@ -6,6 +6,7 @@ The node is converged once; every fault is undone by hand after its run (no rese
 test shows the node healthy again. Injections, and the stand-ins they go through
 (rig/gpu_provision_rig/standins/README.md):
 
+* CUDA too new for the driver: the configured image imported with ``NVIDIA_REQUIRE_CUDA=cuda>=13.2`` (driver: 13.0);
 * driver/library mismatch: the stand-in module "loaded" at 580.126.09 (``nvidia-sim-load`` with another module
   version file) under the installed 580.159.04 userspace, as after a driver upgrade without a reboot;
 * device permissions: the GPU user dropped from the device group (``gpasswd -d``) while the files stay 0660;
@@ -45,6 +46,8 @@ CLUSTER = REPO / "tests" / "rig" / "clusters" / "host-stack.yaml"
 RIG_NODE_SHAPES = [("H200", 1)]
 DEPLOY = "from gpu_provision.stages.pipeline import HOST_STACK, gpu_node\n\ngpu_node(stages=HOST_STACK)\n"
 USER = "alice"
+#: The container image the cluster file names for GPU work (verify.container_image); absent until a test makes it.
+IMAGE = "rig/train:v7"
 #: The rig's first GPU: nvidia-smi's bus id, the sysfs address, and the Xid log's spelling.
 BUS_ID, PCI_ADDRESS, XID_PCI = "00000000:00:06.0", "0000:00:06.0", "0000:00:06"
 SIM_PCI = f"/etc/gpu-sim/pci-devices/{PCI_ADDRESS}"
@@ -71,6 +74,7 @@ def site(rig, rig_nodes, tmp_path_factory) -> tuple[RigNode, Path]:  # type: ign
     doc["cluster"]["name"] = "rig-diagnose-faults"
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
     doc["defaults"]["permissions"]["users"] = [USER]
+    doc["defaults"]["verify"] = {"container_image": IMAGE}
     doc["nodes"] = [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "H200", "count": 1},
                      "driver": {"fabric_manager": True}}]
     work = tmp_path_factory.mktemp("diagnose-faults")
@@ -126,6 +130,16 @@ def injected(ssh: Any, inject: str, restore: str) -> Iterator[None]:
 
 def test_converged_node_raises_no_finding(diagnose):  # type: ignore[no-untyped-def]
     assert diagnose() == (0, [])
+
+
+def test_image_built_for_a_newer_cuda_than_the_driver(ssh, diagnose):  # type: ignore[no-untyped-def]
+    """The configured image declares CUDA 13.2 as NVIDIA's CUDA images do (``NVIDIA_REQUIRE_CUDA``); the driver
+    supports CUDA 13.0."""
+    inject = ("mkdir -p /root/empty-rootfs && tar -C /root/empty-rootfs -c . | docker import "
+              "--change 'ENV CUDA_VERSION=13.2.0' --change 'ENV NVIDIA_REQUIRE_CUDA=cuda>=13.2' - " + IMAGE)
+    with injected(ssh, inject, f"docker rmi {IMAGE}"):
+        assert diagnose() == (1, [(
+            "cuda-driver-insufficient", f"{IMAGE} needs CUDA 13.2; the driver supports CUDA 13.0")])
 
 
 def test_userspace_upgraded_under_the_loaded_module(ssh, diagnose):  # type: ignore[no-untyped-def]
