@@ -38,7 +38,12 @@ def cluster(pytestconfig: pytest.Config) -> Cluster:
 
 def probe(host: Any, request_json: dict[str, Any]) -> NodeStateData:
     """The probe's answer for ``request_json`` through testinfra's connection, in the form that writes nothing."""
-    done = host.run(bundle.probe_command(request_json, keep=False))
+    try:
+        done = host.run(bundle.probe_command(request_json, keep=False))
+    except RuntimeError as exc:  # testinfra's ssh backends raise it, with the command's result, when ssh itself fails
+        result = exc.args[0] if exc.args else None
+        reason = str(getattr(result, "stderr", "") or exc).strip()[-400:]
+        raise ConformanceError(f"cannot run the probe on {host.backend.get_hostname()}: {reason}") from None
     if done.rc != 0:
         raise ConformanceError(f"the probe failed on {host.backend.get_hostname()} (exit status {done.rc}; is "
                                f"python3 installed?): {done.stderr.strip()[-400:]}")
