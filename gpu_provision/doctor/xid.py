@@ -1,5 +1,5 @@
 """Xid events read from the kernel log and decoded with NVIDIA's Xid catalogue (``gpu_provision/data/xid.json``,
-which cites its source and marks the entries only partly confirmed)."""
+which cites its source; an entry not read in the catalogue's own table would be marked, and the finding says so)."""
 
 from __future__ import annotations
 
