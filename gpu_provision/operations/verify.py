@@ -4,8 +4,8 @@ The agent is a measurement, so a converged node must plan and run with no change
 the results table shows "No Change"). The operation therefore yields no command for pyinfra to count: when the
 deploy executes, it runs the agent itself through the host's connector, with the operation's own connector arguments
 (``_sudo`` and the rest, so a non-root login still runs it as root), and keeps what the agent printed in an
-:class:`AgentRun` the caller holds. A node whose report is judged bad is failed for the rest of the run
-(:func:`fail_host`), not through a failing command: pyinfra would report that as "Error: executed 0 commands" and,
+:class:`AgentRun` the caller holds. A node whose report is judged bad is marked failed (:func:`fail_host`), not
+through a failing command: pyinfra would report that as "Error: executed 0 commands" and,
 once no node is left, "No hosts remaining!", which read as a crash for what is a finding the judge has already named.
 The report travels back by value in that :class:`AgentRun`: :func:`gpu_provision.verify.report.report_from_run`
 reads it.
@@ -73,14 +73,14 @@ def run_agent(host: Any, command: str, ran: AgentRun) -> None:
 
 
 def fail_host(host: Any) -> None:
-    """Fail ``host`` for the rest of the run without failing the operation that found it bad.
+    """Mark ``host`` failed for the run without failing the operation that found it bad.
 
-    The host runs no later operation (it leaves ``state.active_hosts``), pyinfra's CLI still exits non-zero (it
-    exits 1 whenever ``state.failed_hosts`` is not empty) and its ``--json`` output lists the host under
-    ``failed_hosts``; the judge has logged which checks failed, so pyinfra adds no error line of its own.
+    pyinfra's CLI exits 1 whenever ``state.failed_hosts`` is not empty, and its ``--json`` output lists the host
+    under ``failed_hosts``; the judge has logged which checks failed, so pyinfra adds no error line of its own. The
+    host stays active: what follows verification still runs there (the deploy's release of the node's run lock,
+    which a host taken out of the run would keep until it is stale).
     """
     host.state.failed_hosts.add(host)
-    host.state.active_hosts.discard(host)
 
 
 @operation(is_idempotent=False)
@@ -92,8 +92,8 @@ def agent_report(agent_path: str, expect_path: str, ran: AgentRun,
     + agent_path: the node bundle on the node
     + expect_path: the node's expectations file on the node
     + ran: where the run's output is kept (schema ``verify-report.v1`` on stdout), read once the deploy executed
-    + judge: called with the host and ``ran`` after the run; when it returns False the node is failed for the rest
-      of the run (:func:`fail_host`; None: never)
+    + judge: called with the host and ``ran`` after the run; when it returns False the node is marked failed
+      (:func:`fail_host`: the run's exit status is 1; None: never)
     + command: the shell command that runs the agent and prints its report, instead of running ``agent_path`` on
       ``expect_path`` (the verify stage passes the short command of the agent kept by digest,
       :func:`gpu_provision.verify.agent.run_command`, which carries the expectations itself)

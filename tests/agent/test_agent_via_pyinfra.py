@@ -151,3 +151,20 @@ def test_node_without_gpus_is_skipped(tmp_path: Path, monkeypatch) -> None:
     inventory.write_text(f"hosts = [('@local', {data!r})]\n")
     assert collect.run(str(inventory)) == []
     assert not (tmp_path / "node").exists()
+
+
+def test_operations_after_a_failed_verification_still_run(sim_node, tmp_path: Path) -> None:
+    """A node that fails verification is marked failed, not taken out of the run: what the deploy does after the
+    verify stage (releasing the node's run lock) still happens there, and the exit status is still 1."""
+    import subprocess
+    import sys
+
+    sim_node.configure(H200_GPUS[:1])
+    marker = tmp_path / "after-verification"
+    deploy = tmp_path / "verify_then_more.py"
+    deploy.write_text("from pyinfra.operations import server\n\nfrom gpu_provision.deploys import verify\n\n"
+                      f"verify()\nserver.shell(name='After verification', commands=['touch {marker}'])\n")
+    argv = [sys.executable, "-m", "pyinfra", "-y", str(_inventory(tmp_path, sim_node.expect(2))), str(deploy)]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "verify fail:" in done.stderr and marker.exists()

@@ -75,13 +75,14 @@ def test_operation_runs_exactly_the_agent_command_with_the_operations_sudo_and_y
     assert (run.is_complete(), run.did_succeed(), run.stdout) == (True, True, '{"status": "pass"}')
 
 
-def test_a_node_judged_bad_is_failed_for_the_run_without_a_failing_command() -> None:
-    """No command that fails (pyinfra would print "Error: executed 0 commands"): the host leaves the run, failed."""
+def test_a_node_judged_bad_is_marked_failed_without_a_failing_command() -> None:
+    """No command that fails (pyinfra would print "Error: executed 0 commands"): the host is marked failed and stays
+    in the run, so the deploy's later operations (the run lock's release) still reach it."""
     heard: list[AgentRun] = []
     bad = RecordingHost(executing=True)
     yielded, run = body(bad, judge=lambda host, ran: heard.append(ran) or False)
     assert yielded == [] and heard == [run]
-    assert bad.state.failed_hosts == {bad} and bad.state.active_hosts == set()
+    assert bad.state.failed_hosts == {bad} and bad.state.active_hosts == {bad}
     good = RecordingHost(executing=True)
     assert body(good, judge=lambda host, ran: True)[0] == []
     assert good.state.failed_hosts == set() and good.state.active_hosts == {good}
