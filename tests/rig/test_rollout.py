@@ -1,0 +1,326 @@
+"""``gpu-provision rollout`` on the rig: a driver change and a MIG layout change rolled across four GPU nodes of a
+Kubernetes cluster, each node with a GPU job (a pod holding its GPU), two nodes at a time.
+
+Five Debian 12 nodes: a control plane without GPUs and four workers with one simulated H200 each, provisioned with
+driver 580.126.09 and MIG layout A by the deploy (stages preflight, driver, permissions, mig, kubernetes; Docker and
+the toolkit are left out to keep the rig light, so the verification's container checks are skipped). The stand-in
+kubelet runs each job pod as a process under ``gpu-sim hold`` (``nvidia-smi`` lists it; the MIG applier refuses to
+change a GPU it holds), and the stand-in API server answers evictions as Kubernetes does, PodDisruptionBudgets
+included. What the stand-ins cannot prove is listed in
+``rig/gpu_provision_rig/standins/kubernetes/common/standin_api.py``.
+
+1. Driver 580.126.09 → 580.159.04 with ``max_parallel: 2``: two batches of two; jobs are waited for, one that
+   outlives ``wait_for_jobs.timeout`` is evicted; each node is rebooted by its deploy, verified, then uncordoned.
+2. MIG layout A → B with ``--max-unavailable 1`` and a PodDisruptionBudget that forbids evicting the first node's
+   serving pod (the injected failure): that node fails and stays cordoned, the rollout stops, ``rollout status``
+   shows it, a re-run skips it; once the budget is gone, ``--retry-failed`` resumes it first and rolls the rest.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_provision_rig.config import BRIDGE_ADDRESS, RigNode
+from gpu_provision_rig.mirror import build_mirror
+
+pytestmark = [pytest.mark.rig, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+RIG_NODE_SHAPES = [(None, 0), ("H200", 1), ("H200", 1), ("H200", 1), ("H200", 1)]
+K8S_MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
+CUDA_MIRROR = f"http://{BRIDGE_ADDRESS}:8080/cuda/{{distro}}/{{cuda_arch}}/"
+CNI = REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-standin.json"
+KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
+STAGES = "preflight,driver,permissions,mig,kubernetes"
+HEADERS = "mkdir -p /lib/modules/$(uname -r)/build"
+OLD, NEW = "580.126.09", "580.159.04"
+A = {"3g.71gb": 2}
+B = {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
+RUNS_FOR = "standin.gpu-provision.io/runs-for-seconds"
+LABEL = "gpu-provision.io/rollout-state"
+DONE_PATH = ["upgrade-required", "cordon-required", "wait-for-jobs-required", "apply-required",
+             "validation-required", "uncordon-required", "upgrade-done"]
+
+
+def cluster_doc(rig: Any, nodes: list[RigNode], driver: str, layout: dict[str, int],
+                wait_timeout: int = 15) -> dict[str, Any]:
+    cp, *gpus = nodes
+    return {
+        "version": "v1",
+        "cluster": {
+            "name": "rig-rollout",
+            "ssh": {"user": "root", "key": str(rig.paths.client_key), "known_hosts": str(rig.paths.known_hosts)},
+            "kubernetes": {"version": "1.31.4", "cni": "flannel", "cni_manifest": str(CNI)},
+            "mirrors": {"cuda": {"url": CUDA_MIRROR, "key_url": CUDA_MIRROR + "gpu-provision-rig.pub"},
+                        "kubernetes": {"url": K8S_MIRROR, "key_url": K8S_MIRROR + "Release.key"},
+                        "registry": "registry.rig.invalid:5000",
+                        "package_proxy": f"http://{BRIDGE_ADDRESS}:3142/"},
+            "rollout": {"max_parallel": 2, "max_unavailable": 2, "wait_for_jobs": {"timeout": wait_timeout},
+                        "pod_deletion": {"timeout": 10}},
+        },
+        "nodes": [{"name": cp.name, "address": cp.ssh_address, "role": "control-plane"}] + [
+            {"name": n.name, "address": n.ssh_address, "gpus": {"model": "H200", "count": 1},
+             "driver": {"branch": "580", "version": driver, "reboot": "allowed"}, "mig": {"layout": layout}}
+            for n in gpus],
+    }
+
+
+class Site:
+    """The module's cluster file and the commands the tests run against it."""
+
+    def __init__(self, rig: Any, nodes: list[RigNode], ssh: Any, workdir: Path):
+        self.rig, self.nodes, self.ssh, self.workdir = rig, nodes, ssh, workdir
+        self.cp, self.gpus = nodes[0], nodes[1:]
+        self.cluster = workdir / "cluster.json"
+        self.env = {**os.environ, "GPU_PROVISION_CLUSTER": str(self.cluster), "GPU_PROVISION_STAGES": STAGES,
+                    "COLUMNS": "200"}
+
+    def write(self, driver: str, layout: dict[str, int], wait_timeout: int = 15) -> None:
+        self.cluster.write_text(json.dumps(cluster_doc(self.rig, self.nodes, driver, layout, wait_timeout),
+                                           indent=1))
+
+    def pyinfra(self) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"),
+                               str(REPO / "deploys" / "gpu_node.py")], capture_output=True, text=True,
+                              timeout=1500, cwd=self.workdir, env=self.env)
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "gpu_provision.cli", "rollout", *args, str(REPO / "inventory.py"), "--json",
+                "--poll", "1", "--report-dir", str(self.workdir / "reports")]
+
+    def rollout(self, *args: str) -> tuple[int, dict[str, Any], str]:
+        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=1500, cwd=self.workdir,
+                              env=self.env)
+        try:
+            doc = json.loads(proc.stdout)
+        except ValueError:
+            doc = {}
+        return proc.returncode, doc, proc.stdout + proc.stderr
+
+    def kubectl(self, command: str) -> subprocess.CompletedProcess[str]:
+        return self.ssh(self.cp, f"{KUBECTL} {command}")
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        text = json.dumps(obj)
+        assert "'" not in text
+        done = self.ssh(self.cp, f"printf '%s' '{text}' > /tmp/obj.json && {KUBECTL} apply -f /tmp/obj.json")
+        assert done.returncode == 0, done.stderr
+
+    def nodes_json(self) -> dict[str, dict[str, Any]]:
+        items = json.loads(self.kubectl("get nodes -o json").stdout)["items"]
+        return {n["metadata"]["name"]: n for n in items}
+
+    def pods(self) -> dict[str, dict[str, Any]]:
+        items = json.loads(self.kubectl("get pods -A -o json").stdout)["items"]
+        return {p["metadata"]["name"]: p for p in items}
+
+
+def job(name: str, node: str, seconds: int, owner: str = "Job", labels: dict[str, str] | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {"app": "train"},
+                         "annotations": {RUNS_FOR: str(seconds)},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": owner, "name": name,
+                                              "uid": "0", "controller": True}]},
+            "spec": {"nodeName": node, "restartPolicy": "Never",
+                     "containers": [{"name": "train", "image": "registry.rig.invalid:5000/train:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+
+
+def wait_running(site: Site, names: list[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pods = site.pods()
+        if all((pods.get(n, {}).get("status") or {}).get("phase") == "Running" for n in names):
+            return
+        time.sleep(1)
+    raise AssertionError(f"pods not running: {names}: {site.pods()}")
+
+
+def states(doc: dict[str, Any]) -> dict[str, list[tuple[str, float]]]:
+    return {n["name"]: [(s["state"], s["at"]) for s in n["states"]] for n in doc["nodes"]}
+
+
+def at(path: list[tuple[str, float]], state: str) -> float:
+    return next(t for s, t in path if s == state)
+
+
+def placed(ssh: Any, node: RigNode) -> list[str]:
+    out = ssh(node, "nvidia-smi mig -lgi -i 0").stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.strip("| ").split()
+        if len(parts) == 6 and parts[1] == "MIG":
+            rows.append(parts[2])
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def site(rig, rig_nodes, tmp_path_factory) -> Site:  # type: ignore[no-untyped-def]
+    """Five fresh nodes provisioned with driver 580.126.09 and MIG layout A (stages: :data:`STAGES`)."""
+    from conftest import Ssh
+
+    build_mirror(rig.paths.mirror)  # the stand-ins of this checkout
+    ssh = Ssh(rig)
+    for node in rig_nodes:
+        rig.reset_node(node.name)
+    workdir = tmp_path_factory.mktemp("rollout")
+    s = Site(rig, rig_nodes, ssh, workdir)
+    for node in s.gpus:
+        assert ssh(node, HEADERS).returncode == 0
+    s.write(OLD, A)
+    first = s.pyinfra()
+    assert first.returncode == 0, (first.stdout + first.stderr)[-8000:]
+    return s
+
+
+def test_driver_change_rolls_two_at_a_time_waiting_for_jobs(site):
+    g1, g2, g3, g4 = site.gpus
+    for node in site.gpus:
+        assert site.ssh(node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.strip() == OLD
+    # A job on every GPU node: three end by themselves, g4's outlives wait_for_jobs.timeout and is evicted.
+    for node, seconds in ((g1, 8), (g2, 12), (g3, 10), (g4, 3600)):
+        site.apply(job(f"job-{node.name}", node.name, seconds))
+    wait_running(site, [f"job-{n.name}" for n in site.gpus])
+    held = site.ssh(g4, "nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader").stdout
+    assert "sleep" in held  # the job holds the GPU
+    site.write(NEW, A)
+    code, doc, output = site.rollout()
+    assert code == 0, output[-8000:]
+    assert doc["batches"] == [{"index": 1, "nodes": [g1.name, g2.name]}, {"index": 2, "nodes": [g3.name, g4.name]}]
+    paths = states(doc)
+    for node in (g1, g2, g3):
+        assert [s for s, _ in paths[node.name]] == DONE_PATH, paths[node.name]
+    assert [s for s, _ in paths[g4.name]] == DONE_PATH[:3] + ["pod-deletion-required"] + DONE_PATH[3:]
+    # Never more than max_parallel nodes out of service at once.
+    spans = [(at(paths[n.name], "cordon-required"), at(paths[n.name], "upgrade-done")) for n in site.gpus]
+    assert max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans) <= 2
+    pods = site.pods()
+    apt_times = {}
+    for node in site.gpus:
+        path = paths[node.name]
+        assert at(path, "validation-required") < at(path, "uncordon-required")  # verified before uncordon
+        report = json.loads((site.workdir / "reports" / f"{node.name}.json").read_text())
+        assert report["status"] == "pass", report
+        assert site.ssh(node, "dpkg-query -W -f '${Version}' nvidia-driver").stdout == f"{NEW}-1"
+        assert site.ssh(node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.strip() == NEW
+        # When apt changed the driver on the node (dpkg's log, node clock = host clock).
+        log = site.ssh(node, "grep ' upgrade nvidia-driver:' /var/log/dpkg.log | tail -1").stdout.split()
+        apt_times[node.name] = calendar.timegm(time.strptime(" ".join(log[:2]), "%Y-%m-%d %H:%M:%S"))
+        assert apt_times[node.name] >= int(at(path, "apply-required"))
+    # The waited-for jobs ended before their node's driver changed; g4's job was evicted (gone).
+    for node in (g1, g2, g3):
+        finished = pods[f"job-{node.name}"]["status"]["containerStatuses"][0]["state"]["terminated"]
+        assert finished["exitCode"] == 0
+        ended = calendar.timegm(time.strptime(finished["finishedAt"], "%Y-%m-%dT%H:%M:%SZ"))
+        assert ended <= apt_times[node.name]
+    assert f"job-{g4.name}" not in pods
+    for name, node in site.nodes_json().items():
+        if name in {n.name for n in site.gpus}:
+            assert node["metadata"]["labels"][LABEL] == "upgrade-done"
+            assert not node["spec"].get("unschedulable")
+
+
+def test_mig_change_stops_at_a_failure_and_a_rerun_resumes(site):
+    g1, g2, g3, g4 = site.gpus
+    # The injected failure: g1 serves a pod whose budget allows no disruption.
+    site.apply(job(f"serve-{g1.name}", g1.name, 3600, owner="ReplicaSet", labels={"app": "serve"}))
+    site.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "serve", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}})
+    wait_running(site, [f"serve-{g1.name}"])
+    site.write(NEW, B)
+    code, doc, output = site.rollout("--max-unavailable", "1")
+    assert code == 1, output[-8000:]
+    result = {n["name"]: n for n in doc["nodes"]}
+    assert result[g1.name]["result"] == "failed"
+    assert "PodDisruptionBudget" in result[g1.name]["reason"]
+    assert [result[n.name]["result"] for n in (g2, g3, g4)] == ["not-started"] * 3
+    assert "reach max_unavailable 1" in doc["stopped"]
+    nodes = site.nodes_json()
+    assert nodes[g1.name]["metadata"]["labels"][LABEL] == "upgrade-failed"
+    assert nodes[g1.name]["spec"]["unschedulable"] is True
+    assert "PodDisruptionBudget" in nodes[g1.name]["metadata"]["annotations"]["gpu-provision.io/rollout-reason"]
+    for node in site.gpus:
+        assert placed(site.ssh, node) == ["3g.71gb", "3g.71gb"]  # nothing changed anywhere
+    status = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", "status",
+                             str(REPO / "inventory.py"), "--json"], capture_output=True, text=True, timeout=300,
+                            cwd=site.workdir, env=site.env)
+    assert status.returncode == 1, status.stdout + status.stderr
+    rows = {r["name"]: r for r in json.loads(status.stdout)["nodes"]}
+    assert rows[g1.name]["state"] == "upgrade-failed" and rows[g1.name]["cordoned"] is True
+    assert rows[g2.name]["state"] == "upgrade-done"
+
+    # Run again as is: the failed node is skipped and still counts, so nothing starts.
+    code, doc, output = site.rollout("--max-unavailable", "1")
+    assert code == 1, output[-8000:]
+    result = {n["name"]: n for n in doc["nodes"]}
+    assert result[g1.name]["result"] == "skipped" and "--retry-failed" in result[g1.name]["reason"]
+    assert doc["batches"] == []
+
+    # The budget removed (the cause fixed) and a short job on each other node: --retry-failed resumes g1 first.
+    assert site.kubectl("delete pdb serve -n default").returncode == 0
+    for node in (g2, g3, g4):
+        site.apply(job(f"mig-job-{node.name}", node.name, 6))
+    wait_running(site, [f"mig-job-{n.name}" for n in (g2, g3, g4)])
+    code, doc, output = site.rollout("--max-unavailable", "1", "--retry-failed")
+    assert code == 0, output[-8000:]
+    assert [b["nodes"] for b in doc["batches"]] == [[g1.name], [g2.name], [g3.name], [g4.name]]
+    paths = states(doc)
+    assert "pod-deletion-required" in [s for s, _ in paths[g1.name]]
+    for node in site.gpus:
+        assert [s for s, _ in paths[node.name]][-4:] == DONE_PATH[-4:]
+        assert placed(site.ssh, node) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
+    for name, node in site.nodes_json().items():
+        if name in {n.name for n in site.gpus}:
+            assert node["metadata"]["labels"][LABEL] == "upgrade-done"
+            assert not node["spec"].get("unschedulable")
+    # Nothing left to roll: a further run changes nothing.
+    code, doc, output = site.rollout()
+    assert code == 0 and doc["batches"] == [], output[-4000:]
+
+
+def test_ctrl_c_lets_the_nodes_in_flight_reach_a_safe_state_and_a_rerun_resumes(site):
+    g1, g2, g3, g4 = site.gpus
+    # g1's job never ends and the file waits without limit: g1 waits while g2 (same batch) is changed.
+    site.apply(job(f"forever-{g1.name}", g1.name, 3600))
+    wait_running(site, [f"forever-{g1.name}"])
+    site.write(NEW, A, wait_timeout=0)
+    proc = subprocess.Popen(site.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=site.workdir, env=site.env)
+    seen = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line)
+        if line.startswith(f"{g2.name}: apply-required"):
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, "".join(seen) + err
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    result = {n["name"]: n for n in doc["nodes"]}
+    assert result[g2.name]["result"] == "done"  # it was being changed: it finished and was verified
+    assert result[g1.name]["result"] == "backed-out"
+    assert [result[n.name]["result"] for n in (g3, g4)] == ["not-started"] * 2
+    nodes = site.nodes_json()
+    assert nodes[g1.name]["metadata"]["labels"][LABEL] == "upgrade-required"
+    assert not nodes[g1.name]["spec"].get("unschedulable")  # back in service, unchanged
+    assert placed(site.ssh, g1) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
+    assert placed(site.ssh, g2) == ["3g.71gb", "3g.71gb"]
+    # The job ends; the re-run resumes g1 first, then the nodes not started.
+    assert site.kubectl(f"delete pod forever-{g1.name} -n default").returncode == 0
+    code, doc, output = site.rollout()
+    assert code == 0, output[-8000:]
+    assert doc["batches"][0]["nodes"][0] == g1.name
+    for node in site.gpus:
+        assert placed(site.ssh, node) == ["3g.71gb", "3g.71gb"]
