@@ -26,8 +26,12 @@ from .report import Check, build_report, utc_now
 def self_command() -> tuple[list[str], dict[str, str]]:
     """Return the argv prefix and environment that start this agent again (zipapp or package)."""
     env = dict(os.environ)
-    loader = type(globals().get("__loader__")).__name__
-    if loader == "zipimporter" or sys.argv[0].endswith(".pyz"):
+    loader = globals().get("__loader__")
+    if type(loader).__name__ == "zipimporter":
+        # The archive itself, not argv[0]: the kept agent is imported from its zip by a ``python3 -c`` loader
+        # (gpu_provision.verify.agent), where argv[0] is "-c".
+        return [sys.executable, str(getattr(loader, "archive", sys.argv[0])), "verify"], env
+    if sys.argv[0].endswith(".pyz"):
         return [sys.executable, sys.argv[0], "verify"], env
     package = __package__ or "gpu_provision.node.verify"
     root = os.path.dirname(os.path.abspath(__file__))
