@@ -148,7 +148,10 @@ def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable,  # typ
                       on_rollout=lambda r: stack.enter_context(interrupt_on_sigint(r)), mode=mode,
                       names=[h.name for h in chosen_hosts(fleet.inventory, settings.limit)])
     emit(args, report.to_json(), report.render)
-    if plan is not None and any(n.status in ("not-checked", "error") for n in plan.nodes):
+    from gpu_provision.rollout.execute import UNREAD
+
+    unread = any(o.result == "skipped" and o.reason.startswith(UNREAD) for o in report.outcomes.values())
+    if unread or (plan is not None and any(n.status in ("not-checked", "error") for n in plan.nodes)):
         return 2
     return report.exit_status
 

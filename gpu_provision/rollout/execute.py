@@ -398,6 +398,10 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
     return roll, skipped
 
 
+#: How a node whose recorded state could not be read is reported.
+UNREAD = "state not read"
+
+
 def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, Record | None]) -> list[Target]:
     """``finish``: the nodes a previous ``prepare`` (or run) left in progress, whatever drift says now."""
     by_name = {n.name: n for n in cluster.nodes}
@@ -428,6 +432,8 @@ def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: b
     skipped: list[Target] = []
     if plan is None:
         roll_targets = finish_targets(fleet.cluster, names, recorded)
+        skipped = [Target(n, "none", skip=f"{UNREAD}: {r.reason}") for n, r in recorded.items()
+                   if r is not None and r.state == "unknown"]
     else:
         roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
     rollout = Rollout(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)

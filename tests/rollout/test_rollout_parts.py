@@ -141,3 +141,33 @@ def test_usage_errors(tmp_path, closed_port):
     assert rollout("--cluster", str(cluster), "--poll", "0").returncode == 2
     assert rollout("--cluster", str(cluster), "--max-parallel", "0").returncode == 2
     assert "Traceback" not in bad.stderr
+
+
+def test_prepare_and_finish_through_the_command_on_unreached_nodes(tmp_path, closed_port):
+    cluster = write_cluster(tmp_path / "c.yaml", closed_port)
+    prepared = rollout("prepare", "--cluster", str(cluster), "--json", "--limit", "gpu-1")
+    assert prepared.returncode == 2, prepared.stdout + prepared.stderr
+    assert [n["name"] for n in json.loads(prepared.stdout)["nodes"]] == ["gpu-1"]
+    finished = rollout("finish", "--cluster", str(cluster), "--json")
+    assert finished.returncode == 2, finished.stdout + finished.stderr
+    doc = json.loads(finished.stdout)
+    assert {n["name"]: n["result"] for n in doc["nodes"]} == {"gpu-1": "skipped", "gpu-2": "skipped"}
+    assert all(n["reason"].startswith("state not read") for n in doc["nodes"])
+
+
+def test_finish_takes_the_nodes_left_in_progress_and_targets_follow_records(tmp_path):
+    from gpu_provision.rollout.execute import finish_targets, targets_of
+    from gpu_provision.rollout.plan import NodePlan, RolloutPlan
+    from gpu_provision.spec import load_cluster
+
+    cluster = load_cluster(write_cluster(tmp_path / "c.json", 22))
+    recorded = {"gpu-1": Record("apply-required"), "gpu-2": Record("upgrade-done")}
+    assert [t.name for t in finish_targets(cluster, ["gpu-1", "gpu-2"], recorded)] == ["gpu-1"]
+    plan = RolloutPlan([NodePlan("gpu-1"), NodePlan("gpu-2")], [], 1, 1)
+    failed = {"gpu-1": Record("upgrade-failed", "drain failed"), "gpu-2": Record("cordon-required")}
+    roll, skipped = targets_of(plan, cluster, failed, retry_failed=False)
+    assert [t.name for t in roll] == ["gpu-2"] and [t.name for t in skipped] == ["gpu-1"]
+    roll, skipped = targets_of(plan, cluster, failed, retry_failed=True)
+    assert [t.name for t in roll] == ["gpu-1", "gpu-2"] and skipped == []
+    roll, skipped = targets_of(plan, cluster, {"gpu-1": Record("upgrade-done")}, retry_failed=False)
+    assert roll == [] and skipped == []
