@@ -376,6 +376,11 @@ def _apply_timeouts(host: Any, connect_timeout: float, command_timeout: float | 
         host.data._timeout = command_timeout
 
 
+#: Why a host is not reached when its sudo asks for a password that no one gives (pyinfra prompts on a terminal).
+SUDO_PASSWORD_NEEDED = ("sudo asks for a password: give it as pyinfra data (_sudo_password, for example in "
+                        "group_data/all.py; see docs/connection.md) or allow the login user sudo without one")
+
+
 def _address(host: Any) -> str:
     return str(host.data.get("ssh_hostname") or host.name)
 
@@ -393,7 +398,11 @@ def _run_host(state: State, host: Any, work: Callable[[Reached], T]) -> HostResu
     except Exception as exc:
         return result(unreached=f"unreachable: {exc}" if str(exc) else f"unreachable: {type(exc).__name__}")
     state.activate_host(host)
-    value = work(Reached(state, host, log))
+    try:
+        value = work(Reached(state, host, log))
+    except EOFError:  # pyinfra asked for the sudo password (getpass) and nobody can answer
+        _disconnect([host])
+        return result(unreached=SUDO_PASSWORD_NEEDED)
     # Closed as soon as its work is done: paramiko's transport wakes every 0.1 s while open, so connections kept
     # to the end of a run would cost the controller CPU in proportion to hosts times run length.
     _disconnect([host])
