@@ -237,32 +237,50 @@ def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: Flee
 
 
 class RememberedHostKeys(HostKeys):
-    """A known_hosts file's keys (sharing ``source``'s entries) that remembers which entries match each host name.
+    """A known_hosts file's keys (sharing ``source``'s entries) that finds a host's entries without scanning them all.
 
     paramiko's lookup compares the name with every entry (hashing it for every hashed one), and one connection
     looks its host up about a dozen times: with a known_hosts of a 1,000-node fleet that was most of the
-    controller's CPU, growing with the fleet. Here each name is matched once per run.
+    controller's CPU, growing with the fleet. Here plain host names are found through an index and only hashed
+    entries are compared, once per name and run.
     """
 
     def __init__(self, source: HostKeys):
         super().__init__()
         self._entries = source._entries  # type: ignore[attr-defined]
+        self._index()
+
+    def _index(self) -> None:
         self._matching: dict[str, list[Any]] = {}
+        self._plain: dict[str, list[int]] = {}
+        self._hashed: list[int] = []
+        for position, entry in enumerate(self._entries):  # type: ignore[attr-defined]
+            if any(name.startswith("|1|") for name in entry.hostnames):
+                self._hashed.append(position)
+            for name in entry.hostnames:
+                if not name.startswith("|1|"):
+                    self._plain.setdefault(name, []).append(position)
 
     def lookup(self, hostname: str) -> Any:
-        """As :meth:`HostKeys.lookup`, scanning the entries only the first time ``hostname`` is asked for."""
+        """As :meth:`HostKeys.lookup`, finding the entries of ``hostname`` only the first time it is asked for."""
         matching = self._matching.get(hostname)
         if matching is None:
+            entries = self._entries  # type: ignore[attr-defined]
             matches = self._hostname_matches  # type: ignore[attr-defined]
-            matching = self._matching[hostname] = [e for e in self._entries if matches(hostname, e)]
+            if hostname.startswith("|1|"):  # a hashed name asked for as such: compare it with every entry
+                positions = {i for i, entry in enumerate(entries) if matches(hostname, entry)}
+            else:
+                positions = set(self._plain.get(hostname, ()))
+                positions.update(i for i in self._hashed if matches(hostname, entries[i]))
+            matching = self._matching[hostname] = [entries[i] for i in sorted(positions)]
         only = HostKeys()
         only._entries = matching  # type: ignore[attr-defined]
         return only.lookup(hostname)
 
     def add(self, hostname: str, keytype: str, key: Any) -> None:
-        """As :meth:`HostKeys.add`, forgetting what was remembered."""
-        self._matching.clear()
+        """As :meth:`HostKeys.add`, indexing the entries again."""
         super().add(hostname, keytype, key)
+        self._index()
 
 
 def load_host_keys(filenames: Iterable[str]) -> HostKeys:
