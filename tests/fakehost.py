@@ -20,6 +20,7 @@ class FakeHost:
     def __init__(self, raw: dict[str, Any], executing: bool = False, name: str = "node-1",
                  replies: dict[str, tuple[bool, list[str], list[str]]] | None = None):
         self.name = name
+        self.executing_op_hash: str | None = None  # as a pyinfra host outside an operation
         self.raw = raw
         self.state = SimpleNamespace(is_executing=executing)
         self.noops: list[str] = []

@@ -85,9 +85,12 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
 
     from gpu_provision import bundle
     from gpu_provision.errors import GpuProvisionError
+    from gpu_provision.operations.commands import connector_arguments
 
     host, expect = reached.host, expectations_of(reached.host)
-    sudo = {"_sudo": True} if host.data.get("_sudo") else {}
+    # The host's own sudo, sudo password, sudo user and timeout, as its deploy's commands get them.
+    sudo = {key: value for key, value in connector_arguments(reached.state, host, None).items()
+            if key not in ("_stdin", "_timeout")}
     with ctx_state.use(reached.state), ctx_host.use(host):
         ok, made = host.run_shell_command(StringCommand("mktemp -d /tmp/gpu-provision-diagnose.XXXXXX"), **sudo)
         if not ok or not made.stdout_lines:

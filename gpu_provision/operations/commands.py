@@ -13,6 +13,7 @@ from typing import Any
 
 from pyinfra import logger
 from pyinfra.api import operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.context import ctx_host
 from pyinfra.operations import server
 
@@ -33,6 +34,23 @@ def this_host() -> Any:
     ``pyinfra.host`` is one proxy shared by every host: per-host caches keyed on its ``id`` would mix hosts.
     """
     return ctx_host.get()
+
+
+def connector_arguments(state: Any, target: Any, op_hash: str | None) -> dict[str, Any]:
+    """The connector arguments (``_sudo``, ``_sudo_password``, ``_sudo_user``, ``_timeout``, ...) a command run
+    on ``target`` must carry: those pyinfra gives operation ``op_hash`` there, else ``target``'s own defaults
+    (host and group data, ``--sudo`` and the config).
+
+    pyinfra applies them only to the commands an operation yields; a command run from inside a function command,
+    a fact's helper or a fleet command gets none unless it is given them, so a login that is not root would run it
+    without sudo. Every such command of this project takes its arguments here.
+    """
+    ops = state.ops.get(target, {})
+    if op_hash is not None and op_hash in ops:
+        global_arguments = dict(ops[op_hash].global_arguments)
+    else:
+        global_arguments = dict(pop_global_arguments(state, target, {})[0])
+    return {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
 
 
 def use_request(target: Any, request: Request) -> None:

@@ -30,10 +30,9 @@ from typing import Any
 
 from pyinfra import logger
 from pyinfra.api import StringCommand, operation
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 
-from gpu_provision.operations.commands import fail_command, this_host
+from gpu_provision.operations.commands import connector_arguments, fail_command, this_host
 
 LOCK_PATH = "/var/lib/gpu-provision/run.lock"
 #: Seconds a holder's lock stays valid without renewal. It is renewed before every stage, so this is the longest a
@@ -139,11 +138,9 @@ def pid_gone(holder: Holder) -> bool:
 
 def _ask(target: Any, command: str, op_hash: str | None = None) -> dict[str, Any]:
     """Run ``command`` with the operation's connector arguments (sudo for a non-root login); its JSON answer."""
-    op_hash = op_hash or target.executing_op_hash
-    global_arguments = target.state.get_op_data_for_host(target, op_hash).global_arguments
-    connector_arguments = {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
+    arguments = connector_arguments(target.state, target, op_hash or target.executing_op_hash)
     ok, output = target.run_shell_command(StringCommand(command), print_output=False, print_input=False,
-                                          **connector_arguments)
+                                          **arguments)
     lines = [str(getattr(line, "line", line)) for line in output.stdout_lines]
     if not ok or not lines:
         errors = [str(getattr(line, "line", line)) for line in output.stderr_lines]

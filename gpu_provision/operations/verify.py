@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyinfra.api import StringCommand, operation
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 
 from gpu_provision import bundle
-from gpu_provision.operations.commands import this_host
+from gpu_provision.operations.commands import connector_arguments, this_host
 
 #: What the command prints when no agent ran at all (it still succeeds, so the report says why).
 NOT_RUN = "verification agent did not run (is python3 installed?)"
@@ -60,11 +59,10 @@ def agent_command(agent_path: str, expect_path: str) -> str:
 
 def run_agent(host: Any, command: str, ran: AgentRun) -> None:
     """Run ``command`` on ``host`` with the executing operation's connector arguments and record it in ``ran``."""
-    global_arguments = host.state.get_op_data_for_host(host, host.executing_op_hash).global_arguments
-    connector_arguments = {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
+    arguments = connector_arguments(host.state, host, host.executing_op_hash)
     try:
         ok, output = host.run_shell_command(StringCommand(command), print_output=host.state.print_output,
-                                            print_input=host.state.print_input, **connector_arguments)
+                                            print_input=host.state.print_input, **arguments)
     except (OSError, TimeoutError) as exc:  # a dropped connection or the command timeout: the report says which
         ok, stdout, stderr = False, "", [f"{type(exc).__name__}: {exc}"]
     else:

@@ -93,3 +93,26 @@ def test_summary_and_exit_status():
     assert text.splitlines()[:3] == ["gpu-01: 1 finding (out/gpu-01.tar.gz)", f"  [{rule.id}] an image",
                                      f"    fix: {rule.fix}"]
     assert text.splitlines()[-1] == "2 node(s): 1 with findings, 0 not diagnosed; bundles in out"
+
+
+def test_collection_commands_carry_the_hosts_sudo_and_sudo_password(monkeypatch):
+    """A sudo login whose sudo needs a password gets it given through pyinfra data (``_sudo_password``), as the
+    deploy's own commands do; diagnose used to pass ``_sudo`` alone."""
+    from types import SimpleNamespace
+
+    import pytest
+    from pyinfra.api import Config, Inventory, State
+
+    from gpu_provision.commands import diagnose as command
+    from gpu_provision.errors import GpuProvisionError
+
+    inventory = Inventory(([("gpu-01", {"ssh_user": "ops", "_sudo": True, "_sudo_password": "pw"})], {}))
+    state = State(inventory, Config())
+    host = inventory.get_host("gpu-01")
+    asked: list[dict] = []
+    monkeypatch.setattr(host, "run_shell_command", lambda cmd, **kw: (asked.append(kw), (False, None))[1])
+    monkeypatch.setattr(command, "expectations_of", lambda target: EXPECT)
+    reached = SimpleNamespace(host=host, state=state, log=SimpleNamespace(last_error="refused"))
+    with pytest.raises(GpuProvisionError, match="temporary folder"):
+        command.collect_host(reached, "/nonexistent", bug_report=False, timeout=5.0)
+    assert [(kw["_sudo"], kw["_sudo_password"]) for kw in asked] == [(True, "pw")]

@@ -16,6 +16,7 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.operation import add_op
 from pyinfra.operations import server
 
+from gpu_provision.operations.commands import connector_arguments
 from gpu_provision.operations.kubernetes import membership
 from gpu_provision.spec.model import Cluster
 
@@ -58,8 +59,8 @@ def recorder(host: Any, replies: dict[str, tuple[bool, list[str]]]) -> list[tupl
 def test_arguments_are_the_operations_on_each_host() -> None:
     state, control, worker = sudo_state()
     worker.executing_op_hash = one_operation(state, _timeout=30)
-    on_control = membership.connector_arguments(state, control, worker)
-    on_worker = membership.connector_arguments(state, worker, worker)
+    on_control = connector_arguments(state, control, worker.executing_op_hash)
+    on_worker = connector_arguments(state, worker, worker.executing_op_hash)
     assert (on_control["_sudo"], on_control["_sudo_password"], on_control["_timeout"]) == (True, "secret", 30)
     assert (on_worker["_sudo"], on_worker["_sudo_password"], on_worker["_timeout"]) == (True, None, 30)
     assert "_ignore_errors" not in on_worker  # an operation argument, not the connector's
@@ -69,7 +70,7 @@ def test_outside_an_operation_a_host_gets_its_data_and_config() -> None:
     config = Config()
     config.SUDO_USER = "admin"
     state, control, worker = sudo_state(config)
-    on_control = membership.connector_arguments(state, control, worker)
+    on_control = connector_arguments(state, control, worker.executing_op_hash)
     assert (on_control["_sudo"], on_control["_sudo_password"], on_control["_sudo_user"]) == (True, "secret", "admin")
 
 
@@ -92,4 +93,4 @@ def test_a_root_login_gets_no_sudo(data: dict[str, Any]) -> None:
     inventory = Inventory(([("cp-01", {"ssh_user": "root", **data})], {}))
     state = State(inventory, Config())
     host = inventory.get_host("cp-01")
-    assert membership.connector_arguments(state, host, host)["_sudo"] is False
+    assert connector_arguments(state, host, host.executing_op_hash)["_sudo"] is False

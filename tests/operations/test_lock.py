@@ -23,8 +23,9 @@ class LockHost(FakeHost):
         super().__init__({}, executing=True, name=name)
         self.executing_op_hash = "op"
         self.arguments: list[dict[str, Any]] = []
-        self.state.get_op_data_for_host = lambda host, op_hash: SimpleNamespace(
-            global_arguments={"_sudo": True, "_timeout": 30, "name": "not a connector argument"})
+        # pyinfra's per-host operation data, as the connector arguments are read from it (State.ops)
+        self.state.ops = {self: {"op": SimpleNamespace(
+            global_arguments={"_sudo": True, "_timeout": 30, "name": "not a connector argument"})}}
 
     def run_shell_command(self, command: Any, **kwargs: Any) -> tuple[bool, Any]:
         self.arguments.append(kwargs)

@@ -47,8 +47,7 @@ class RecordingHost:
         self.stdout = stdout
         global_arguments = {"_sudo": True, "_sudo_user": "root", "_timeout": 30, "_if": [], "name": "x"}
         self.state = SimpleNamespace(print_output=False, print_input=False, failed_hosts=set(), active_hosts={self},
-                                     get_op_data_for_host=lambda host, op_hash: SimpleNamespace(
-                                         global_arguments=global_arguments))
+                                     ops={self: {"op": SimpleNamespace(global_arguments=global_arguments)}})
 
     def run_shell_command(self, command, **kwargs):
         self.calls.append((str(command), kwargs))

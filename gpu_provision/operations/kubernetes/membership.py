@@ -18,10 +18,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyinfra.api import FunctionCommand, operation
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from gpu_provision.k8s.kubeadm import advertise_address, join_configuration
-from gpu_provision.operations.commands import current_state, mark_changed, this_host
+from gpu_provision.operations.commands import connector_arguments, current_state, mark_changed, this_host
 from gpu_provision.operations.kubernetes.probe import (
     ADMIN_CONF,
     KUBELET_CONF,
@@ -105,23 +104,6 @@ def _lines(output: Any) -> list[str]:
     return [str(line.line if hasattr(line, "line") else line) for line in output]
 
 
-def connector_arguments(state: Any, target: Any, running: Any) -> dict[str, Any]:
-    """The connector arguments pyinfra gives the operation that ``running`` executes, as that operation has them
-    on ``target`` (its host data, group data, ``--sudo`` and the operation's own global arguments); ``target``'s
-    defaults where it has no such operation.
-
-    The join operation is called for every host, the control plane that makes the tokens included (it does
-    nothing there), so its own data is what a command on that host runs with.
-    """
-    ops = state.ops.get(target, {})
-    op_hash = running.executing_op_hash
-    if op_hash is not None and op_hash in ops:
-        global_arguments = dict(ops[op_hash].global_arguments)
-    else:
-        global_arguments = dict(pop_global_arguments(state, target, {})[0])
-    return {key: global_arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in global_arguments}
-
-
 def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: str, address: str | None) -> bool:
     """Execution-time join (a ``FunctionCommand``): token (and certificate key) from ``control_plane``, join.
 
@@ -131,7 +113,7 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
     if source is None:
         host.log_styled(f"join: control plane {control_plane} is not in this run's inventory", fg="red")
         return False
-    on_source = connector_arguments(state, source, host)
+    on_source = connector_arguments(state, source, host.executing_op_hash)
     ok, output = source.run_shell_command(f"kubeadm token create --ttl {TOKEN_TTL} --print-join-command",
                                           print_output=False, print_input=False, **on_source)
     if not ok:
@@ -149,7 +131,8 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
         certificate_key = parse_certificate_key(_lines(output.stdout_lines))
         secrets.append(certificate_key)
     config = join_configuration(cluster, node, endpoint, token, ca_hash, certificate_key, address)
-    on_host = {**connector_arguments(state, host, host), "_stdin": json.dumps(config, indent=2) + "\n"}
+    on_host = {**connector_arguments(state, host, host.executing_op_hash),
+               "_stdin": json.dumps(config, indent=2) + "\n"}
     ok, output = host.run_shell_command(join_script(), print_output=False, print_input=False, **on_host)
     if not ok:
         for line in _scrub(_lines(output.stderr_lines), *secrets)[-20:]:
