@@ -46,7 +46,8 @@ def local_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cluster
 
 
-def _prepared(data: dict[str, Any], probes: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> tuple[State, Any]:
+def _prepared(data: dict[str, Any], probes: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+              deploy: Any = None) -> tuple[State, Any]:
     inventory = Inventory((["@local"], data))
     state = State(inventory, Config())
     connect_all(state)
@@ -59,7 +60,10 @@ def _prepared(data: dict[str, Any], probes: list[dict[str, Any]], monkeypatch: p
         return real(cls, *args, **kwargs)
 
     monkeypatch.setattr(host, "get_fact", get_fact)
-    add_deploy(state, pipeline.gpu_node, stages=("preflight", "driver"))
+    if deploy is None:
+        add_deploy(state, pipeline.gpu_node, stages=("preflight", "driver"))
+    else:
+        add_deploy(state, deploy)
     return state, host
 
 
@@ -102,3 +106,11 @@ def test_the_pyinfra_command_connects_with_the_cluster_files_timeout(local_node:
     with ctx_config.use(config):
         gp_inventory.groups(str(local_node))
     assert config.CONNECT_TIMEOUT == 5
+
+
+def test_the_verification_deploy_on_its_own_carries_the_command_timeout(
+        local_node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_provision.deploys.verify import verify
+
+    state, host = _prepared({}, [], monkeypatch, deploy=verify)
+    assert host.op_hash_order and _timeouts(state, host) == {777}
