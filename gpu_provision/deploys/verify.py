@@ -11,7 +11,7 @@ def verify() -> None:
     """Run the verification agent on the current host and judge its report (``reports/verify/<node>.json``).
 
     ``gpu-provision verify`` runs the same agent, kept on the node by digest, with the same command, through the
-    fleet runner, with a table at the end. Its commands
-    are bounded like every deploy's (:func:`commands.deploy_timeout`).
+    fleet runner, with a table at the end. Its commands are bounded like every deploy's
+    (:func:`commands.deploy_timeout`).
     """
     _verify(report_dir=REPORT_DIR, _timeout=commands.deploy_timeout(commands.this_host()))
