@@ -27,7 +27,6 @@ from gpu_provision.errors import GpuProvisionError
 
 T = TypeVar("T")
 
-DEFAULT_COMMAND_TIMEOUT = 120.0
 #: Ciphers left out of the SSH negotiation, so that it settles on AES-GCM: an authenticated cipher needs no separate
 #: MAC, which paramiko would compute and compare in Python for every packet. Every OpenSSH since 6.2 (2013) offers
 #: AES-GCM; a cluster file's own ``disabled_algorithms`` replaces this.
@@ -40,13 +39,14 @@ class FleetSettings:
 
     ``parallel`` 0: pyinfra's default (20 per CPU core, at most one per host).
     ``connect_timeout`` None: the largest ``ssh.connect_timeout`` among the hosts' nodes in the cluster file.
-    ``command_timeout`` None: remote commands run as long as they take.
+    ``command_timeout`` None: each command keeps its own bound (the probe the node's ``ssh.probe_timeout``, deploy
+    commands its ``ssh.command_timeout``, both from the cluster file; pyinfra's ``_timeout`` data where given).
     ``limit``: only these hosts (empty: all); a name the inventory lacks is an error.
     """
 
     parallel: int = 0
     connect_timeout: float | None = None
-    command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT
+    command_timeout: float | None = None
     limit: tuple[str, ...] = ()
 
 
@@ -93,7 +93,7 @@ def file_settings(path: str) -> dict[str, Any]:
 def settings_from(config_path: str | None = None, parallel: int | None = None,
                   connect_timeout: float | None = None, command_timeout: float | None = None,
                   limit: Iterable[str] = (),
-                  default_command_timeout: float | None = DEFAULT_COMMAND_TIMEOUT) -> FleetSettings:
+                  default_command_timeout: float | None = None) -> FleetSettings:
     """A command's fleet settings: each from its command-line value when given, else from the pyinfra config
     file at ``config_path`` when it exists (``PARALLEL``, ``CONNECT_TIMEOUT``), else the runner's default."""
     if parallel is not None and parallel < 0:

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
          "gpu-provision drift --in-cluster --kubeconfig admin.conf"],
         findings="a node differs from the cluster file", errors="a node not reached or not fully compared, "
         "or a bad cluster file")
-    add_fleet_options(p, "seconds the probe may run on a node (default: 120)")
+    add_fleet_options(p, "seconds the probe may run on a node (default: the node's ssh.probe_timeout)")
     p.add_argument("--stage", action="append", default=None, metavar="STAGE",
                    help="compare only this stage (repeatable; default: every stage)")
     p.add_argument("--in-cluster", action="store_true",

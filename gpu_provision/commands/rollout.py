@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "prepare: one batch up to apply-required (cordoned, jobs waited for, pods evicted) for "
                         "operators who then run the deploy with pyinfra; finish: verify those nodes and uncordon "
                         "the ones that pass")
-    add_fleet_options(p, "seconds the probe may run on a node (default: 120; a node's change is not bounded)")
+    add_fleet_options(p, "seconds each remote command may run (default: the node's ssh.probe_timeout for the "
+                         "probe and ssh.command_timeout for its change)")
     p.add_argument("--max-parallel", type=int, default=None, metavar="N",
                    help="nodes changed at once (default: the cluster file's rollout.max_parallel)")
     p.add_argument("--max-unavailable", default=None, metavar="N|P%",

@@ -114,3 +114,12 @@ def test_the_verification_deploy_on_its_own_carries_the_command_timeout(
 
     state, host = _prepared({}, [], monkeypatch, deploy=verify)
     assert host.op_hash_order and _timeouts(state, host) == {777}
+
+
+def test_fleet_commands_leave_each_command_its_cluster_file_bound_unless_told() -> None:
+    """drift and rollout used to set 120 s as every host's ``_timeout`` data, which outranked the cluster file's
+    ``ssh.probe_timeout`` (and bounded a rollout's package installs by it)."""
+    from gpu_provision.fleet import settings_from
+
+    assert settings_from(None).command_timeout is None
+    assert settings_from(None, command_timeout=30).command_timeout == 30
