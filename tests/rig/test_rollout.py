@@ -95,8 +95,10 @@ class Site:
                               timeout=1500, cwd=self.workdir, env=self.env)
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "gpu_provision.cli", "rollout", *args, str(REPO / "inventory.py"), "--json",
-                "--poll", "1", "--report-dir", str(self.workdir / "reports")]
+        """``rollout [ACTION] INVENTORY OPTIONS``: the action (if any) first, then the inventory, then options."""
+        action = [a for a in args[:1] if not a.startswith("-")]
+        return [sys.executable, "-m", "gpu_provision.cli", "rollout", *action, str(REPO / "inventory.py"),
+                *args[len(action):], "--json", "--poll", "1", "--report-dir", str(self.workdir / "reports")]
 
     def rollout(self, *args: str) -> tuple[int, dict[str, Any], str]:
         proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=1500, cwd=self.workdir,
@@ -324,3 +326,37 @@ def test_ctrl_c_lets_the_nodes_in_flight_reach_a_safe_state_and_a_rerun_resumes(
     assert doc["batches"][0]["nodes"][0] == g1.name
     for node in site.gpus:
         assert placed(site.ssh, node) == ["3g.71gb", "3g.71gb"]
+
+
+def test_prepare_then_pyinfra_then_finish(site):
+    g1, g2, g3, g4 = site.gpus
+    driver = site.ssh(g3, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.strip()
+    now = placed(site.ssh, g3)
+    target, wanted = (B, ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]) if now == ["3g.71gb", "3g.71gb"] else \
+        (A, ["3g.71gb", "3g.71gb"])
+    site.write(driver, target)
+    batch = f"{g3.name},{g4.name}"
+    code, doc, output = site.rollout("prepare", "--limit", batch)
+    assert code == 0, output[-6000:]
+    assert {n["name"]: n["result"] for n in doc["nodes"]} == {g3.name: "prepared", g4.name: "prepared"}
+    nodes = site.nodes_json()
+    for node in (g3, g4):
+        assert nodes[node.name]["metadata"]["labels"][LABEL] == "apply-required"
+        assert nodes[node.name]["spec"]["unschedulable"] is True
+        assert placed(site.ssh, node) == now  # prepare changes nothing on the node
+    # pyinfra's --limit takes one name (or pattern) per flag; the control plane sets the nodes' labels (the device
+    # plugin's MIG strategy follows the layout).
+    deploy = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "--limit", g3.name, "--limit", g4.name,
+                             "--limit", site.cp.name, str(REPO / "inventory.py"),
+                             str(REPO / "deploys" / "gpu_node.py")], capture_output=True, text=True, timeout=900,
+                            cwd=site.workdir, env=site.env)
+    assert deploy.returncode == 0, (deploy.stdout + deploy.stderr)[-6000:]
+    code, doc, output = site.rollout("finish", "--limit", batch)
+    assert code == 0, output[-6000:]
+    assert {n["name"]: n["result"] for n in doc["nodes"]} == {g3.name: "done", g4.name: "done"}
+    nodes = site.nodes_json()
+    for node in (g3, g4):
+        assert placed(site.ssh, node) == wanted
+        assert nodes[node.name]["metadata"]["labels"][LABEL] == "upgrade-done"
+        assert not nodes[node.name]["spec"].get("unschedulable")
+    assert nodes[g1.name]["metadata"]["labels"].get(LABEL) != "apply-required"  # outside the batch: untouched
