@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nodehost
 import pytest
 import yaml
 
@@ -33,6 +34,7 @@ HEADERS = "mkdir -p /lib/modules/$(uname -r)/build"
 NO_HEADERS = "rm -rf /lib/modules/$(uname -r)/build"
 IMAGE = ("set -e; rm -rf /tmp/img; mkdir -p /tmp/img/bin; cp /bin/busybox /tmp/img/bin/busybox; "
          "tar -C /tmp/img -c . | docker import - rig/busybox:1")
+node_host = nodehost.node_host  # the fixture, by name
 HELD = ("nvidia-open", "nvidia-driver", "nvidia-kernel-open-dkms", "nvidia-container-toolkit",
         "nvidia-container-toolkit-base", "libnvidia-container-tools", "libnvidia-container1")
 
@@ -71,45 +73,52 @@ def deployment(cluster_file, pyinfra, monkeypatch):  # type: ignore[no-untyped-d
     return lambda: pyinfra.run(REPO / "inventory.py", deploy, timeout=900)
 
 
-def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh):  # type: ignore[no-untyped-def]
+def test_preflight_stops_only_the_node_without_kernel_headers(deployment, ssh, node_host):  # type: ignore[no-untyped-def]
     for node in (GPU_NODE, CONTAINERD_NODE):
         assert ssh(node, NO_HEADERS).returncode == 0
     result = deployment()
     assert result.returncode != 0, result.output
-    kernel = ssh(GPU_NODE, "uname -r").stdout.strip()
+    gpu = node_host(GPU_NODE)
+    kernel = gpu.check_output("uname -r")
     assert (f"gpu-provision: preflight failed: no headers for the running kernel {kernel} and no package "
             f"linux-headers-{kernel}") in result.output
     # Nothing was installed on the node that failed; the other node got its container runtime.
-    assert ssh(GPU_NODE, "dpkg-query -W nvidia-driver").returncode != 0
-    assert ssh(PLAIN_NODE, "systemctl is-active docker").stdout.strip() == "active"
+    assert not gpu.package("nvidia-driver").is_installed and gpu.run("dpkg-query -W nvidia-driver").rc != 0
+    assert node_host(PLAIN_NODE).service("docker").is_running
 
 
-def test_converge_then_no_change(deployment, drift, ssh):  # type: ignore[no-untyped-def]
+def test_converge_then_no_change(deployment, drift, ssh, node_host):  # type: ignore[no-untyped-def]
     for node in (GPU_NODE, CONTAINERD_NODE):
         assert ssh(node, HEADERS).returncode == 0
     first = deployment()
     assert first.returncode == 0, first.output[-6000:]
-    held = set(ssh(GPU_NODE, "apt-mark showhold").stdout.split())
+    gpu, containerd = node_host(GPU_NODE), node_host(CONTAINERD_NODE)
+    held = set(gpu.check_output("apt-mark showhold").split())
     assert set(HELD) <= held
-    versions = dict(line.split() for line in ssh(GPU_NODE, "dpkg-query -W " + " ".join(HELD)).stdout.splitlines())
-    assert versions["nvidia-driver"] == "580.159.04-1" and versions["nvidia-container-toolkit"] == "1.17.8-1"
-    daemon = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+    assert all(gpu.package(name).is_installed for name in HELD)
+    assert gpu.package("nvidia-driver").version == "580.159.04-1"
+    assert gpu.package("nvidia-container-toolkit").version == "1.17.8-1"
+    daemon = json.loads(gpu.file("/etc/docker/daemon.json").content_string)
     assert daemon["default-runtime"] == "nvidia" and daemon["default-shm-size"] == "1g"
     assert daemon["exec-opts"] == ["native.cgroupdriver=systemd"]
     assert daemon["log-opts"] == {"max-size": "100m", "max-file": "3"}
-    assert ssh(GPU_NODE, "test -s /etc/cdi/nvidia.yaml && test -L /dev/char/195:0").returncode == 0
-    gid = ssh(GPU_NODE, "getent group gpu | cut -d: -f3").stdout.strip()
-    assert ssh(GPU_NODE, "cat /etc/modprobe.d/gpu-provision-nvidia.conf").stdout.endswith(
+    cdi = gpu.file("/etc/cdi/nvidia.yaml")
+    assert cdi.is_file and cdi.size > 0 and gpu.file("/dev/char/195:0").is_symlink
+    group = gpu.group("gpu")
+    assert group.exists
+    gid = group.gid
+    assert gpu.file("/etc/modprobe.d/gpu-provision-nvidia.conf").content_string.endswith(
         f"NVreg_DeviceFileGID={gid} NVreg_DeviceFileMode=432\n")
-    assert ssh(GPU_NODE, "stat -c '%g %a' /dev/nvidia0").stdout.split() == [gid, "660"]
-    assert "Signed-By: /etc/apt/keyrings/cuda.gpg" in ssh(GPU_NODE, "cat /etc/apt/sources.list.d/cuda.sources").stdout
+    device = gpu.file("/dev/nvidia0")
+    assert (device.gid, device.mode) == (gid, 0o660)
+    assert "Signed-By: /etc/apt/keyrings/cuda.gpg" in gpu.file("/etc/apt/sources.list.d/cuda.sources").content_string
 
     # containerd as it runs: runc on systemd cgroups, nvidia the default runtime, Debian's own settings kept.
-    dump = ssh(CONTAINERD_NODE, "containerd config dump").stdout
+    dump = containerd.check_output("containerd config dump")
     runc = dump.split('[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]')[1].split("[")[0]
     assert "SystemdCgroup = true" in runc
     assert 'default_runtime_name = "nvidia"' in dump and 'bin_dir = "/usr/lib/cni"' in dump
-    assert ssh(CONTAINERD_NODE, "test -f /etc/containerd/config.toml.gpu-provision.bak").returncode == 0
+    assert containerd.file("/etc/containerd/config.toml.gpu-provision.bak").is_file
 
     second = deployment()
     assert second.returncode == 0, second.output[-6000:]
@@ -119,14 +128,15 @@ def test_converge_then_no_change(deployment, drift, ssh):  # type: ignore[no-unt
     assert drift() == (0, {GPU_NODE.name: [], PLAIN_NODE.name: [], CONTAINERD_NODE.name: []})
 
 
-def test_hand_changes_are_repaired_exactly(deployment, drift, ssh):  # type: ignore[no-untyped-def]
-    daemon = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+def test_hand_changes_are_repaired_exactly(deployment, drift, ssh, node_host):  # type: ignore[no-untyped-def]
+    gpu = node_host(GPU_NODE)
+    daemon = json.loads(gpu.file("/etc/docker/daemon.json").content_string)
     daemon["log-opts"]["max-size"] = "1g"
     daemon["registry-mirrors"] = ["http://10.77.0.1:5000"]
     edited = json.dumps(daemon, indent=4)
     assert ssh(GPU_NODE, f"printf '%s' '{edited}' > /etc/docker/daemon.json && apt-mark unhold nvidia-driver"
                ).returncode == 0
-    started = ssh(GPU_NODE, "systemctl show -p ActiveEnterTimestampMonotonic docker").stdout
+    started = gpu.check_output("systemctl show -p ActiveEnterTimestampMonotonic docker")
     status, found = drift()
     assert status == 1 and not found[PLAIN_NODE.name] and not found[CONTAINERD_NODE.name]
     assert sorted((d["kind"], d["item"]) for d in found[GPU_NODE.name]) == [
@@ -134,12 +144,12 @@ def test_hand_changes_are_repaired_exactly(deployment, drift, ssh):  # type: ign
 
     repair = deployment()
     assert repair.returncode == 0, repair.output[-6000:]
-    repaired = json.loads(ssh(GPU_NODE, "cat /etc/docker/daemon.json").stdout)
+    repaired = json.loads(gpu.file("/etc/docker/daemon.json").content_string)
     assert repaired["registry-mirrors"] == ["http://10.77.0.1:5000"]
     assert repaired["log-opts"]["max-size"] == "100m" and repaired["default-runtime"] == "nvidia"
-    assert ssh(GPU_NODE, "cat /etc/docker/daemon.json.gpu-provision.bak").stdout == edited
-    assert "nvidia-driver" in ssh(GPU_NODE, "apt-mark showhold").stdout.split()
-    assert ssh(GPU_NODE, "systemctl show -p ActiveEnterTimestampMonotonic docker").stdout != started
+    assert gpu.file("/etc/docker/daemon.json.gpu-provision.bak").content_string == edited
+    assert "nvidia-driver" in gpu.check_output("apt-mark showhold").split()
+    assert gpu.check_output("systemctl show -p ActiveEnterTimestampMonotonic docker") != started
     # Exactly those two things changed: the daemon.json merge (and Docker's restart) and the hold.
     changed = [line for line in repair.host_lines(GPU_NODE.name) if line.endswith("Success")]
     assert len(changed) == 3, repair.output[-6000:]
