@@ -14,7 +14,7 @@ clients started again) → verification → uncordon only when verification pass
 found through the runtime are refused, waited for or stopped (``gpu_containers``). Any failure records
 ``upgrade-failed`` with the reason and leaves the node cordoned.
 
-:meth:`Rollout.interrupt` (the command's SIGINT handler) starts no further batch; a node still waiting for its jobs
+:meth:`RolloutRun.interrupt` (the command's SIGINT handler) starts no further batch; a node still waiting for its jobs
 or pods backs out (uncordoned again unless it was unschedulable before, state ``upgrade-required``), and a node
 already being changed finishes its change, verification and uncordon. The Kubernetes API and the nodes are reached
 through :class:`KubeApi` and :class:`NodeOps`, so the same machine runs against a cluster over SSH and against a
@@ -94,7 +94,7 @@ class NodeOps(Protocol):
 
 
 @dataclass(frozen=True)
-class Target:
+class RolloutNode:
     """A node the rollout takes: its group and role, whether it is in Kubernetes, what its changes disrupt, and
     the state a previous run left it in."""
 
@@ -209,7 +209,7 @@ class BackOut(Exception):
     """An interruption reached a node before any change: it is put back in service."""
 
 
-class Rollout:
+class RolloutRun:
     """One rollout run over ``targets`` (see the module's docstring)."""
 
     def __init__(self, policy: Policy, kube: KubeApi | None, run_batch: RunBatch,
@@ -237,8 +237,8 @@ class Rollout:
 
     # -- the run ---------------------------------------------------------------------------------------------------
 
-    def run(self, targets: Iterable[Target], group_sizes: Mapping[str, int] | None = None,
-            failed_before: Iterable[Target] = ()) -> Report:
+    def run(self, targets: Iterable[RolloutNode], group_sizes: Mapping[str, int] | None = None,
+            failed_before: Iterable[RolloutNode] = ()) -> Report:
         """Roll ``targets`` (in inventory order); ``failed_before`` are nodes a previous run failed and this one
         does not retry: they count against their group's ``max_unavailable``."""
         started = self.clock()
@@ -288,7 +288,7 @@ class Rollout:
         report.seconds = self.clock() - started
         return report
 
-    def _finish_all(self, targets: list[Target], report: Report, started: float) -> Report:
+    def _finish_all(self, targets: list[RolloutNode], report: Report, started: float) -> Report:
         """``finish``: every node whose change was made (state ``apply-required`` or later), all at once."""
         ready = [t for t in targets if t.previous is not None and t.previous.state in CHANGING]
         for t in targets:
@@ -301,8 +301,8 @@ class Rollout:
         report.seconds = self.clock() - started
         return report
 
-    def _next_batch(self, waiting: list[Target], sizes: Mapping[str, int],
-                    failed: Counter[str]) -> tuple[list[Target], str]:
+    def _next_batch(self, waiting: list[RolloutNode], sizes: Mapping[str, int],
+                    failed: Counter[str]) -> tuple[list[RolloutNode], str]:
         """The next batch from ``waiting`` within the budgets left, or none with the reason."""
         free = {g: unavailable_limit(self.policy.max_unavailable, max(sizes.get(g, 1), 1)) - failed[g]
                 for g in {t.group for t in waiting}}
@@ -316,14 +316,14 @@ class Rollout:
         first = startable[0]
         if first.control_plane or any(t.control_plane for t in startable):
             return [next(t for t in startable if t.control_plane)], ""
-        taken: list[Target] = []
+        taken: list[RolloutNode] = []
         for t in startable:
             if len(taken) < self.policy.max_parallel and free[t.group] > 0:
                 taken.append(t)
                 free[t.group] -= 1
         return taken, ""
 
-    def _run(self, number: int, names: list[str], by_name: Mapping[str, Target], outcomes: dict[str, Outcome],
+    def _run(self, number: int, names: list[str], by_name: Mapping[str, RolloutNode], outcomes: dict[str, Outcome],
              quiet: bool) -> None:
         self.log(f"batch {number}: {', '.join(names)}" + (" (changes that disrupt nothing)" if quiet else ""))
 
@@ -347,7 +347,7 @@ class Rollout:
 
     # -- one node --------------------------------------------------------------------------------------------------
 
-    def _quiet(self, target: Target, ops: NodeOps, outcome: Outcome) -> None:
+    def _quiet(self, target: RolloutNode, ops: NodeOps, outcome: Outcome) -> None:
         """A node whose changes disrupt nothing: its deploy and verification, in service throughout."""
         try:
             reason = ops.change() or ops.verify()
@@ -356,7 +356,7 @@ class Rollout:
         outcome.result, outcome.reason = ("failed", reason) if reason else ("done", "")
         self.log(f"{target.name}: {outcome.result}" + (f": {reason}" if reason else ""))
 
-    def _set(self, target: Target, ops: NodeOps, outcome: Outcome, state: str, reason: str = "",
+    def _set(self, target: RolloutNode, ops: NodeOps, outcome: Outcome, state: str, reason: str = "",
              keep_cordoned: bool = False) -> None:
         now = self.clock()
         record = Record(state, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), keep_cordoned)
@@ -367,7 +367,7 @@ class Rollout:
         outcome.states.append((state, now))
         self.log(f"{target.name}: {state}" + (f": {reason}" if reason else ""))
 
-    def _roll(self, target: Target, ops: NodeOps, outcome: Outcome) -> None:
+    def _roll(self, target: RolloutNode, ops: NodeOps, outcome: Outcome) -> None:
         keep = bool(target.previous and target.previous.keep_cordoned)
         unavailable_from: float | None = None
         try:
@@ -415,7 +415,7 @@ class Rollout:
             if unavailable_from is not None:
                 outcome.unavailable_s = self.clock() - unavailable_from
 
-    def _after_change(self, target: Target, ops: NodeOps, outcome: Outcome, keep: bool) -> None:
+    def _after_change(self, target: RolloutNode, ops: NodeOps, outcome: Outcome, keep: bool) -> None:
         """Verification, then uncordon only when it passed: ``upgrade-done``."""
         self._set(target, ops, outcome, "validation-required", keep_cordoned=keep)
         reason = ops.verify()
@@ -428,14 +428,14 @@ class Rollout:
         self._set(target, ops, outcome, DONE)
         outcome.result = "done"
 
-    def _check_interrupt(self, target: Target) -> None:
+    def _check_interrupt(self, target: RolloutNode) -> None:
         if self.interrupted and (target.previous is None or target.previous.state not in CHANGING):
             raise BackOut("interrupted before any change; run again to resume")
 
     def _deadline(self, timeout: int) -> float | None:
         return None if timeout <= 0 else self.clock() + timeout
 
-    def _free_from_pods(self, target: Target, ops: NodeOps, outcome: Outcome, keep: bool) -> None:
+    def _free_from_pods(self, target: RolloutNode, ops: NodeOps, outcome: Outcome, keep: bool) -> None:
         """Wait for the GPU jobs, then evict the GPU pods left, then drain if allowed; Failed when pods stay."""
         assert self.kube is not None
         policy, name = self.policy, target.name
@@ -485,7 +485,7 @@ class Rollout:
         if holding:
             raise Failed(f"GPU pods still on the node after the drain: {', '.join(map(gpu_pods.ref, holding))}")
 
-    def _free_from_containers(self, target: Target, ops: NodeOps, outcome: Outcome) -> float | None:
+    def _free_from_containers(self, target: RolloutNode, ops: NodeOps, outcome: Outcome) -> float | None:
         """Nodes outside Kubernetes: refuse, wait for or stop the GPU containers; when the node stops serving."""
         policy = self.policy
         containers = ops.gpu_containers()
@@ -516,8 +516,8 @@ class Rollout:
 
 
 @contextlib.contextmanager
-def interrupt_on_sigint(rollout: Rollout) -> Iterator[None]:
-    """While the block runs, SIGINT (Ctrl-C) calls :meth:`Rollout.interrupt` instead of raising
+def interrupt_on_sigint(rollout: RolloutRun) -> Iterator[None]:
+    """While the block runs, SIGINT (Ctrl-C) calls :meth:`RolloutRun.interrupt` instead of raising
     KeyboardInterrupt, so nodes in flight reach a safe state; the previous handler is restored after."""
     previous = signal.getsignal(signal.SIGINT)
 

@@ -29,9 +29,9 @@ from pyinfra.context import ctx_host, ctx_state
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet
-from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
+from gpu_provision.node.mig.holders import MODE_HOLDERS, holding, start_again_command, states_command
 from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
-from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, Rollout, Target
+from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, RolloutNode, RolloutRun
 from gpu_provision.rollout.kubectl import KubectlApi
 from gpu_provision.rollout.plan import RolloutPlan
 from gpu_provision.rollout.states import (
@@ -156,7 +156,7 @@ class RemoteNode:
 
     def _holders(self) -> list[str]:
         units = sorted(MODE_HOLDERS)
-        _, out, _ = _run(self.reached, "systemctl is-active " + " ".join(units) + " 2>/dev/null || true")
+        _, out, _ = _run(self.reached, states_command(units))
         held = holding(dict(zip(units, out.split(), strict=False)))
         keep = CONTROL_PLANE_KEEPS if self.control_plane else ()
         return [u for u in MODE_HOLDERS if u in held and u not in keep]
@@ -183,8 +183,7 @@ class RemoteNode:
             reason = self._reboot_when_needed()
         if stopped:
             # Started again unless the change already did (or a reboot did, for enabled units).
-            _run(self.reached, "for u in " + " ".join(stopped) + "; do systemctl is-active -q $u || "
-                 "systemctl start $u; done; true")
+            _run(self.reached, start_again_command(stopped))
         return reason
 
     def _reboot_when_needed(self) -> str | None:
@@ -373,7 +372,7 @@ class Fleet:
 
 
 def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Record | None],
-               retry_failed: bool) -> tuple[list[Target], list[Target]]:
+               retry_failed: bool) -> tuple[list[RolloutNode], list[RolloutNode]]:
     """The nodes to roll (inventory order) and those a previous run failed that are not retried.
 
     A node with changes is rolled; a node without changes but left in progress (or failed, with
@@ -381,15 +380,15 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
     compared (unreachable) is not rolled and counts as failed.
     """
     kubernetes = cluster.kubernetes.enabled
-    roll: list[Target] = []
-    skipped: list[Target] = []
+    roll: list[RolloutNode] = []
+    skipped: list[RolloutNode] = []
     for node in plan.nodes:
         previous = recorded.get(node.name)
-        target = Target(node.name, node.disruption, node.group or "", node.role == "control-plane", kubernetes,
+        target = RolloutNode(node.name, node.disruption, node.group or "", node.role == "control-plane", kubernetes,
                         tuple(str(c.difference) for c in node.changes), previous)
         if node.status in ("not-checked", "error"):
             why = "not compared: " + "; ".join(node.problems)
-            skipped.append(Target(node.name, "none", node.group or "", previous=Record(FAILED, why),
+            skipped.append(RolloutNode(node.name, "none", node.group or "", previous=Record(FAILED, why),
                                   skip=f"{why}; it counts as unavailable"))
         elif previous is not None and previous.state == FAILED and not retry_failed:
             skipped.append(target)
@@ -402,14 +401,14 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
 UNREAD = "state not read"
 
 
-def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, Record | None]) -> list[Target]:
+def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, Record | None]) -> list[RolloutNode]:
     """``finish``: the nodes a previous ``prepare`` (or run) left in progress, whatever drift says now."""
     by_name = {n.name: n for n in cluster.nodes}
     out = []
     for name in names:
         previous, node = recorded.get(name), by_name.get(name)
         if node is not None and previous is not None and previous.state in IN_PROGRESS:
-            out.append(Target(name, "gpu-idle", node.group or "", node.role == "control-plane",
+            out.append(RolloutNode(name, "gpu-idle", node.group or "", node.role == "control-plane",
                               cluster.kubernetes.enabled, previous=previous))
     return out
 
@@ -423,20 +422,20 @@ def group_sizes(cluster: Cluster) -> dict[str, int]:
 
 
 def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: bool, log: Callable[[str], None],
-         on_rollout: Callable[[Rollout], Any] | None = None, mode: Mode = "run",
+         on_rollout: Callable[[RolloutRun], Any] | None = None, mode: Mode = "run",
          names: Iterable[str] = ()) -> Report:
     """Run the rollout the plan describes (``finish`` needs no plan: the nodes' recorded states say what is
     left); ``on_rollout`` receives the engine first (to hook SIGINT)."""
     names = [n.name for n in plan.nodes] if plan is not None else list(names)
     recorded = fleet.recorded(names)
-    skipped: list[Target] = []
+    skipped: list[RolloutNode] = []
     if plan is None:
         roll_targets = finish_targets(fleet.cluster, names, recorded)
-        skipped = [Target(n, "none", skip=f"{UNREAD}: {r.reason}") for n, r in recorded.items()
+        skipped = [RolloutNode(n, "none", skip=f"{UNREAD}: {r.reason}") for n, r in recorded.items()
                    if r is not None and r.state == "unknown"]
     else:
         roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
-    rollout = Rollout(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)
+    rollout = RolloutRun(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)
     if on_rollout is not None:
         on_rollout(rollout)
     report = rollout.run(roll_targets, group_sizes(fleet.cluster), skipped)

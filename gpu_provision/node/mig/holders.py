@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import Mapping, Optional, Set
+from typing import Mapping, Optional, Sequence, Set
 
 #: Units that hold GPU handles, in stopping order.
 INSTANCE_HOLDERS = ("kubelet.service", "dcgm-exporter.service", "nvidia-dcgm.service", "nvsm.service",
@@ -28,6 +28,18 @@ HOLDING_STATES = ("active", "activating", "reloading")
 def holding(states: Mapping[str, Optional[str]]) -> Set[str]:
     """The GPU-holding units among ``states`` (unit name -> systemd active state, None when unknown)."""
     return {unit for unit in MODE_HOLDERS if states.get(unit) in HOLDING_STATES}
+
+
+def states_command(units: Sequence[str]) -> str:
+    """The shell command that prints each unit's active state, one per line in ``units``' order: what
+    :func:`holding` reads, for a controller that asks a node over SSH (the rollout)."""
+    return "systemctl is-active " + " ".join(units) + " 2>/dev/null || true"
+
+
+def start_again_command(units: Sequence[str]) -> str:
+    """The shell command that starts each of ``units`` again unless something (the change, a reboot) already did;
+    it always succeeds, so a unit that will not start is found by the verification that follows."""
+    return "for u in " + " ".join(units) + "; do systemctl is-active -q $u || systemctl start $u; done; true"
 
 
 def running_holders() -> Set[str]:
