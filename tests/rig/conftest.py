@@ -140,10 +140,16 @@ class Ssh:
         return subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S, input=input)
 
 
-@pytest.fixture
-def ssh(rig: Rig) -> Ssh:
-    """Run a command on a node over real SSH through its loopback forwarder."""
+@pytest.fixture(scope="session")
+def rig_ssh(rig: Rig) -> Ssh:
+    """:class:`Ssh` for module-scoped fixtures (test modules cannot import it: ``conftest`` names several modules)."""
     return Ssh(rig)
+
+
+@pytest.fixture
+def ssh(rig_ssh: Ssh) -> Ssh:
+    """Run a command on a node over real SSH through its loopback forwarder."""
+    return rig_ssh
 
 
 @dataclass

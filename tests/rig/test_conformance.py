@@ -65,11 +65,9 @@ def converge(cluster_file, rig, tmp_path_factory):  # type: ignore[no-untyped-de
 
 
 @pytest.fixture(scope="module")
-def converged(converge, rig):  # type: ignore[no-untyped-def]
+def converged(converge, rig_ssh):  # type: ignore[no-untyped-def]
     """The node at the cluster file's host stack (kernel headers' stand-in in place first)."""
-    from conftest import Ssh
-
-    assert Ssh(rig)(NODE, HEADERS).returncode == 0
+    assert rig_ssh(NODE, HEADERS).returncode == 0
     status, output = converge()
     assert status == 0, output[-6000:]
     return NODE

@@ -61,13 +61,11 @@ KMSG = ("mkfifo -m 0600 /dev/kmsg && systemd-run --quiet --unit=rig-kmsg sh -c '
 
 
 @pytest.fixture(scope="module")
-def site(rig, rig_nodes, tmp_path_factory) -> tuple[RigNode, Path]:  # type: ignore[no-untyped-def]
+def site(rig, rig_nodes, rig_ssh, tmp_path_factory) -> tuple[RigNode, Path]:  # type: ignore[no-untyped-def]
     """The node, fresh and converged with the host stack, and its cluster file."""
-    from conftest import Ssh
-
     node = rig_nodes[0]
     rig.reset_node(node.name)
-    ssh = Ssh(rig)
+    ssh = rig_ssh
     prepared = ssh(node, f"useradd -m {USER} && {KMSG}")
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     doc = yaml.safe_load(CLUSTER.read_text())
@@ -89,11 +87,9 @@ def site(rig, rig_nodes, tmp_path_factory) -> tuple[RigNode, Path]:  # type: ign
 
 
 @pytest.fixture
-def ssh(rig, site):  # type: ignore[no-untyped-def]
+def ssh(rig_ssh, site):  # type: ignore[no-untyped-def]
     """A command on the converged node (never raises on failure)."""
-    from conftest import Ssh
-
-    runner = Ssh(rig)
+    runner = rig_ssh
     return lambda command: runner(site[0], command)
 
 

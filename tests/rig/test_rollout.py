@@ -167,12 +167,10 @@ def placed(ssh: Any, node: RigNode) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site(rig, rig_nodes, tmp_path_factory) -> Site:  # type: ignore[no-untyped-def]
+def site(rig, rig_nodes, rig_ssh, tmp_path_factory) -> Site:  # type: ignore[no-untyped-def]
     """Five fresh nodes provisioned with driver 580.126.09 and MIG layout A (stages: :data:`STAGES`)."""
-    from conftest import Ssh
-
     build_mirror(rig.paths.mirror)  # the stand-ins of this checkout
-    ssh = Ssh(rig)
+    ssh = rig_ssh
     for node in rig_nodes:
         rig.reset_node(node.name)
     workdir = tmp_path_factory.mktemp("rollout")
