@@ -117,6 +117,18 @@ def add_fleet_options(p: argparse.ArgumentParser, command_timeout_help: str) -> 
     p.add_argument("--command-timeout", type=float, default=None, help=command_timeout_help)
 
 
+def add_in_cluster_options(p: argparse.ArgumentParser, in_cluster_help: str) -> None:
+    """``--in-cluster``, ``--manifest`` and the DaemonSet options ``drift`` and ``verify`` share; the namespace's default is the
+    project's own (``spec.namespaces.VERIFICATION``), the one name team namespaces are refused."""
+    from gpu_provision.spec.namespaces import VERIFICATION
+
+    p.add_argument("--in-cluster", action="store_true", help=in_cluster_help)
+    p.add_argument("--manifest", action="store_true",
+                   help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
+    p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
+    p.add_argument("--namespace", default=VERIFICATION, help="namespace of the DaemonSet (default: %(default)s)")
+
+
 def emit(args: argparse.Namespace, doc: Any, text: Callable[[], str] | str | None = None) -> None:
     """Print ``doc`` as JSON under ``--json``, else ``text`` (a string, or a function making one) when given."""
     import json

@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import argparse
 
-from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
+from gpu_provision.commands.args import (
+    add_command,
+    add_fleet_options,
+    add_in_cluster_options,
+    emit,
+    progress,
+    use_cluster,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,13 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fleet_options(p, "seconds the probe may run on a node (default: the node's ssh.probe_timeout)")
     p.add_argument("--stage", action="append", default=None, metavar="STAGE",
                    help="compare only this stage (repeatable; default: every stage)")
-    p.add_argument("--in-cluster", action="store_true",
-                   help="compare the answers the drift DaemonSet's pods published (one list call through kubectl) "
-                        "instead of probing over SSH")
-    p.add_argument("--manifest", action="store_true",
-                   help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
-    p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
-    p.add_argument("--namespace", default="gpu-provision", help="namespace of the DaemonSet (default: %(default)s)")
+    add_in_cluster_options(p, "compare the answers the drift DaemonSet's pods published (one list call through "
+                              "kubectl) instead of probing over SSH")
     p.add_argument("--chunk-size", type=int, default=500,
                    help="with --in-cluster: pods per list page (limit/continue; default: %(default)s, as kubectl)")
     p.set_defaults(handler=run)

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import argparse
 
-from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
+from gpu_provision.commands.args import (
+    add_command,
+    add_fleet_options,
+    add_in_cluster_options,
+    emit,
+    progress,
+    use_cluster,
+)
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.spec import namespaces
 from gpu_provision.verify import table
 from gpu_provision.verify.report import fleet_status
 
@@ -43,13 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--keep-node-files", action="store_true",
                    help="leave each run's expectations and report on the node (a private run-* directory in the "
                         "agent's directory, named on stderr); by default they are removed when the run ends")
-    p.add_argument("--in-cluster", action="store_true",
-                   help="collect the reports of the verification DaemonSet through kubectl instead of SSH")
-    p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
-    p.add_argument("--namespace", default=namespaces.VERIFICATION,
-                   help="namespace of the DaemonSet (default: %(default)s)")
-    p.add_argument("--manifest", action="store_true",
-                   help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
+    add_in_cluster_options(p, "collect the reports of the verification DaemonSet through kubectl instead of SSH")
     p.set_defaults(handler=run)
 
 
