@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,7 +104,7 @@ def manifests(nodes: Sequence[Target], namespace: str = VERIFICATION, image: str
     nodes, other nodes) that probe every node of ``nodes``."""
     if not nodes:
         raise GpuProvisionError("no nodes to check in the cluster")
-    loader = shlex.split(bundle.probe_command({}))[2]
+    loader = bundle.probe_argv({})[-2]
     data = {"probe.py": loader, "publish.py": Path(publish.__file__).read_text(encoding="utf-8"),
             "nodes.json": json.dumps({t.name: t.digest for t in nodes}, sort_keys=True, indent=0)}
     for target in nodes:

@@ -37,6 +37,9 @@ VERSION = "gpd1"
 #: Largest decompressed answer a collector accepts (a bound against a hostile pod status).
 MAX_ANSWER = 8 * 1024 * 1024
 
+#: How the probe's loader starts: gpu_provision.bundle.PROBE_PYTHON's words and ``-c`` (a test keeps them equal;
+#: this file runs alone in the pod, without the package).
+PROBE_ARGV = ["python3", "-I", "-S", "-c"]
 CONFIG_DIR = "/opt/gpu-provision/drift"
 HOST_ROOT = "/host"
 PARTS_DIR = "/work"
@@ -139,7 +142,7 @@ def run_probe(node, config_dir=CONFIG_DIR, host_root=HOST_ROOT, timeout=PROBE_TI
             request = handle.read()
         with open(os.path.join(config_dir, "probe.py")) as handle:
             loader = handle.read()
-        argv = ["python3", "-c", loader, request]
+        argv = PROBE_ARGV + [loader, request]
         if host_root and host_root != "/":
             argv = ["chroot", host_root] + argv
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",

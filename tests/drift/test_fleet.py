@@ -10,6 +10,7 @@ import pytest
 from drift_samples import IN_SYNC, make_stage
 from pyinfra.api import Inventory
 
+from gpu_provision import bundle
 from gpu_provision.desired import FileWant, PackageWant
 from gpu_provision.drift import check_fleet
 from gpu_provision.drift.report import EXIT_DRIFT, EXIT_ERROR, EXIT_IN_SYNC
@@ -24,7 +25,7 @@ def resolve(host: Any) -> tuple[Node, Any]:
 def fake(name: str, answer: Any, success: bool = True, stderr: str = "") -> tuple[str, dict[str, Any]]:
     """A @fake host whose probe command answers ``answer`` (or fails with ``stderr``)."""
     response = {"success": success, "stdout": json.dumps(answer) if success else "", "stderr": stderr}
-    return f"@fake/{name}", {"fake_responses": {"python3 -c": response}, "fake_delay": 0, "fake_delay_jitter": 0}
+    return f"@fake/{name}", {"fake_responses": {f"{bundle.PROBE_PYTHON} -c": response}, "fake_delay": 0, "fake_delay_jitter": 0}
 
 
 def run(hosts: list[tuple[str, dict[str, Any]]], stages: list[Any], **settings: Any):

@@ -18,6 +18,7 @@ import pytest
 import standin_apiserver
 from drift_samples import IN_SYNC, write_cluster
 
+from gpu_provision import bundle
 from gpu_provision.drift import incluster
 from gpu_provision.drift.report import EXIT_DRIFT, EXIT_ERROR, EXIT_IN_SYNC
 from gpu_provision.drift.schema import REPORT_SCHEMA
@@ -269,6 +270,8 @@ def test_the_pod_side_runs_the_probe_and_publishes_parts_within_the_kubelets_lim
     assert result["node"] == "node-0000" and "error" not in result, result
     assert result["request"] == incluster.targets("inventory.py", stages)[0].digest
     assert set(result["probe"]) >= {"system", "packages", "files", "services", "accounts"}
+    # The pod starts the probe as SSH drift does (publish.py runs alone, so it keeps its own copy of the words).
+    assert bundle.probe_argv({})[:-2] == publish.PROBE_ARGV
 
 
 def test_an_answer_too_large_loses_file_texts_first_then_becomes_an_error() -> None:

@@ -80,6 +80,6 @@ def test_failed_probe_is_not_noted_and_hosts_without_an_address_always_get_the_f
 
 def test_short_command_carries_the_request_and_no_modules():
     argv = shlex.split(NodeState().command(Request().to_json(), True))
-    assert argv[:2] == ["python3", "-c"] and len(argv) == 4
-    assert json.loads(argv[3]) == Request().to_probe()
-    assert bundle.PROBE_CACHE + "'" in argv[2] and bundle.probe_digest() in argv[2]
+    assert argv[:4] == ["python3", "-I", "-S", "-c"] and len(argv) == 6
+    assert json.loads(argv[5]) == Request().to_probe()
+    assert bundle.PROBE_CACHE + "'" in argv[4] and bundle.probe_digest() in argv[4]

@@ -56,7 +56,7 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (modules / "6.8.0-45-generic").mkdir(parents=True)
     for attr, value in (("DPKG_INFO", info), ("DEV", dev), ("CDI_SPEC", spec), ("MODULES_DIR", modules)):
         monkeypatch.setattr(runtime, attr, str(value))
-    monkeypatch.setattr(runtime.platform, "release", lambda: "6.8.0-31-generic")
+    monkeypatch.setattr(runtime, "running_kernel", lambda: "6.8.0-31-generic")
     return tmp_path
 
 

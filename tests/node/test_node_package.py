@@ -156,9 +156,10 @@ def test_bundle_runs_on_python_39(tmp_path: Path) -> None:
     for entry, prog in (("verify", "gpu-verify"), ("mig-apply", "gpu-provision-node mig-apply")):
         helped = run(agent, entry, "--help")
         assert helped.returncode == 0 and helped.stdout.startswith(f"usage: {prog}"), helped.stderr
-    loader = bundle.probe_command({"system": {}}).split(" ", 2)
-    assert loader[:2] == ["python3", "-c"]
-    probed = subprocess.run(["sh", "-c", f"{interpreter} -I -c {loader[2]}"], capture_output=True, text=True,
+    python, _, loader = bundle.probe_command({"system": {}}).partition(" -c ")
+    assert python == bundle.PROBE_PYTHON and python.startswith("python3 ")
+    # The probe's own flags on 3.9's interpreter: isolated, without site.
+    probed = subprocess.run(["sh", "-c", f"{interpreter}{python[len('python3'):]} -c {loader}"], capture_output=True, text=True,
                             timeout=120, cwd=tmp_path)
     assert probed.returncode == 0, probed.stderr
     assert json.loads(probed.stdout)["system"]["python"].startswith("3.9.")
@@ -178,8 +179,8 @@ def test_bundle_runs_on_python_39(tmp_path: Path) -> None:
 
 def test_probe_command_is_one_argument_without_the_agent() -> None:
     argv = shlex.split(bundle.probe_command({"mig": {"tables": True}, "system": {}}))
-    assert argv[:2] == ["python3", "-c"] and json.loads(argv[3]) == {"mig": {"tables": True}, "system": {}}
-    assert len(argv[2].encode()) < ARG_LIMIT // 2, f"probe command argument is {len(argv[2])} bytes"
+    assert argv[:4] == ["python3", "-I", "-S", "-c"] and json.loads(argv[5]) == {"mig": {"tables": True}, "system": {}}
+    assert len(argv[4].encode()) < ARG_LIMIT // 2, f"probe command argument is {len(argv[4])} bytes"
     shipped = [name for name, _ in bundle.entry_files("probe")]
     assert "probe/mig.py" in shipped and "__init__.py" in shipped
     assert not [name for name in shipped if name.startswith("verify/")]  # the agent and its 8,000-line pynvml

@@ -4,6 +4,7 @@ there is no copy or the directory is not root's alone. Runs the real commands wi
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -89,3 +90,26 @@ def test_store_does_not_use_a_directory_others_may_write(tmp_path: Path):
     link = tmp_path / "link"
     link.symlink_to(root)
     assert not _cache.usable(str(link))
+
+
+@needs_root
+def test_a_kept_probe_without_commands_imports_neither_json_re_nor_subprocess(cache_root: Path, tmp_path: Path):
+    """The short command as drift sends it (isolated, no site), asked for files and accounts only: the modules that
+    cost a node the most CPU at every check stay unloaded (json with re and enum, subprocess, hashlib's libcrypto),
+    and the answer is still the sorted JSON the controller reads."""
+    target = tmp_path / "watched.conf"
+    target.write_text("x = 1\n")
+    request = {"files": {"paths": [str(target)], "content": [str(target)]}, "accounts": {"groups": ["root"]}}
+    probe(cached=False)  # keeps the copy
+    argv = bundle.probe_argv(request, cached=True)
+    loader = argv.index("-c") + 1
+    argv[loader] = ("import atexit, sys\natexit.register(lambda: sys.stderr.write(' '.join(m for m in "
+                    "('json', 're', 'subprocess', 'hashlib', 'contextlib') if m in sys.modules)))\n") + argv[loader]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["files"][str(target)]["content"] == "x = 1\n"
+    assert answer["files"][str(target)]["sha256"] == hashlib.sha256(b"x = 1\n").hexdigest()
+    assert answer["accounts"]["root"]["gid"] == 0
+    assert done.stdout.strip() == json.dumps(answer, sort_keys=True)
+    assert done.stderr == "", f"imported: {done.stderr}"

@@ -83,12 +83,17 @@ def test_the_probe_reads_dkms_status_old_and_new(monkeypatch: pytest.MonkeyPatch
         return 0, text
 
     monkeypatch.setattr(probe._command, "run", run)
+    monkeypatch.setattr(probe._command, "available", lambda name: name == "dkms")
     assert probe._dkms_built() == {"6.8.0-45-generic", "5.15.0-100-generic"}
 
     def missing(argv: list[str], timeout: Any = None, **kwargs: Any) -> tuple[int | None, str]:
         return None, "[Errno 2] No such file or directory: 'dkms'"
 
     monkeypatch.setattr(probe._command, "run", missing)
+    assert probe._dkms_built() == set()
+    # A node without dkms on its PATH: nothing built by it, and no process started to find that out.
+    monkeypatch.setattr(probe._command, "available", lambda name: False)
+    monkeypatch.setattr(probe._command, "run", run)
     assert probe._dkms_built() == set()
 
 

@@ -9,10 +9,9 @@ The request's ``budget`` (seconds) bounds the whole run: every command a section
 """
 
 import importlib
-import json
 import sys
 
-from . import _command
+from . import _codec, _command
 
 #: Every section, by module name; requested names that are not sections are ignored.
 SECTIONS = ("accounts", "files", "gpu", "kubernetes", "mig", "packages", "runtime", "services", "system")
@@ -38,6 +37,6 @@ def collect(request):
 def main(argv=None):
     """``probe [REQUEST_JSON]``: print the answer to the request (an empty request without an argument)."""
     argv = sys.argv[1:] if argv is None else argv
-    request = json.loads(argv[0]) if argv else {}
-    print(json.dumps(collect(request), sort_keys=True))
+    request = _codec.loads(argv[0]) if argv else {}
+    print(_codec.dumps(collect(request)))
     return 0

@@ -11,7 +11,6 @@ from kubeadm's ClusterConfiguration. Four ``kubectl get`` calls.
 import json
 import os
 import re
-import subprocess
 
 from . import _command
 
@@ -49,7 +48,7 @@ def _kubectl(args):
     # kubectl's own request timeout a little inside the probe's bound, so that it usually says why itself.
     seconds = max(1, int(_command.bound()) - 2)
     argv = ["kubectl", "--kubeconfig", ADMIN_CONF, "--request-timeout", "%ds" % seconds] + args + ["-o", "json"]
-    rc, out = _command.run(argv, stderr=subprocess.PIPE)
+    rc, out = _command.run(argv, stderr="apart")
     if rc is None:
         raise RuntimeError("kubectl %s: %s" % (args[1], out))
     if rc != 0:

@@ -3,12 +3,12 @@
 import contextlib
 import glob
 import os
-import platform
 import re
 import shutil
 import stat
 
 from . import _command
+from .system import running_kernel
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
 DPKG_INFO = "/var/lib/dpkg/info"
@@ -87,7 +87,7 @@ def _dev_char_missing():
 
 def collect(request):
     """Read everything; ``request`` is unused (a handful of local commands)."""
-    running = platform.release()
+    running = running_kernel()
     kernels = {running}
     with contextlib.suppress(OSError):
         kernels.update(n for n in os.listdir(MODULES_DIR) if n[:1].isdigit())

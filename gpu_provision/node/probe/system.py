@@ -2,10 +2,9 @@
 disk and loaded modules."""
 
 import os
-import platform
-import re
+import sys
 
-from . import _command
+from . import _command, _dpkg
 
 
 def _os_release():
@@ -21,8 +20,13 @@ def _os_release():
     return out
 
 
+def running_kernel():
+    """The running kernel's release (``uname -r``)."""
+    return os.uname().release
+
+
 def _kernel_key(version):
-    return [int(p) if p.isdigit() else p for p in re.split(r"[.-]", version)]
+    return [int(p) if p.isdigit() else p for p in version.replace("-", ".").split(".")]
 
 
 def _pending_kernel(running):
@@ -72,6 +76,10 @@ def _modules():
         return []
 
 
+#: The NVIDIA kernel module's file names: plain or compressed as kmod reads them.
+MODULE_FILES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
+
+
 def _module_files(kernel):
     # DKMS installs under updates/dkms, Ubuntu's precompiled linux-modules-nvidia-* under kernel/nvidia-*, RHEL's
     # kmod packages under extra: any nvidia.ko* in the kernel's tree is a module the next boot can load.
@@ -79,12 +87,14 @@ def _module_files(kernel):
     top = "/lib/modules/%s" % kernel
     for folder, dirs, files in os.walk(top):
         dirs[:] = [d for d in dirs if d not in ("build", "source")]
-        found.extend(os.path.join(folder, f) for f in files if re.match(r"nvidia\.ko(\.(xz|zst|gz))?$", f))
+        found.extend(os.path.join(folder, f) for f in files if f in MODULE_FILES)
     return sorted(found)
 
 
 def _dkms_built():
     # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580...").
+    if not _command.available("dkms"):
+        return set()  # no DKMS, nothing built by it: not worth a process on every check
     text = _command.output(["dkms", "status"])  # timed out: the section answers an error, never a guess
     out = set()
     for line in text.splitlines():
@@ -97,19 +107,7 @@ def _dkms_built():
 
 def _precompiled_packages():
     # Ubuntu's signed precompiled modules: linux-modules-nvidia-<branch>-server[-open]-<kernel>, installed.
-    out = set()
-    try:
-        with open("/var/lib/dpkg/status") as f:
-            package = ""
-            for line in f:
-                if line.startswith("Package: "):
-                    package = line.split(":", 1)[1].strip()
-                elif line.startswith("Status: ") and line.split()[-1] == "installed" and \
-                        package.startswith("linux-modules-nvidia-"):
-                    out.add(package)
-    except OSError:
-        pass
-    return out
+    return {name for name, _, abbrev in _dpkg.entries(prefix="linux-modules-nvidia-") if abbrev[1:2] == "i"}
 
 
 def nvidia_modules(kernels):
@@ -135,7 +133,7 @@ def _headers(kernel):
 def collect(request):
     """Read the system facts; ``request`` may name extra ``sysctls`` to read."""
     release = _os_release()
-    running = platform.release()
+    running = running_kernel()
     pending, installed = _pending_kernel(running)
     stat = os.statvfs("/")
     sysctls = {}
@@ -156,7 +154,7 @@ def collect(request):
         "os_like": release.get("ID_LIKE", ""),
         "os_version": release.get("VERSION_ID", ""),
         "codename": release.get("VERSION_CODENAME", ""),
-        "arch": platform.machine(),
+        "arch": os.uname().machine,
         "kernel": running,
         "kernel_pending": pending,
         "kernels_installed": installed,
@@ -168,5 +166,5 @@ def collect(request):
         "modules": _modules(),
         "sysctls": sysctls,
         "swaps": swaps,
-        "python": platform.python_version(),
+        "python": "%d.%d.%d" % sys.version_info[:3],
     }
