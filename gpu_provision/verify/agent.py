@@ -7,7 +7,9 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
 
 * :func:`run_command` is what every run sends: a ``python3 -c`` loader of about a kilobyte plus the node's
   expectations. It checks that the cache directory is still root's alone (owner root, no group or other bits)
-  and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it writes the
+  and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it removes other
+  versions' copies (an agent put in place by the pyinfra stage, :func:`gpu_provision.stages.verify.verify`, which
+  writes its file without the installer below, leaves the older ones to this), then writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
   name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
   hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
@@ -47,6 +49,12 @@ except OSError:
     ok=0
 if not ok:
     print({miss!r});sys.exit(0)
+for n in os.listdir(R):
+    if n.endswith('.pyz') and n!='{digest}.pyz':
+        try:
+            os.remove(R+'/'+n)
+        except OSError:
+            pass
 d=tempfile.mkdtemp(prefix='run-',dir=R)
 tempfile.tempdir=d
 r=3

@@ -90,6 +90,17 @@ def test_an_older_version_is_replaced(node) -> None:
     assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
 
 
+def test_a_run_removes_older_versions_that_another_path_left(node) -> None:
+    """The pyinfra stage writes the agent as a file (no installer, so no pruning): the next run prunes."""
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    (cache / ("0" * 32 + ".pyz")).write_bytes(b"old agent")
+    (cache / "notes.txt").write_text("not an agent")
+    _, sent = verify_counted(inventory, cache)
+    assert len(sent) == 1
+    assert sorted(p.name for p in cache.iterdir()) == sorted([f"{agent.agent_digest()}.pyz", "notes.txt"])
+
+
 def test_a_cache_path_that_is_a_link_is_refused(node, tmp_path: Path) -> None:
     inventory, cache = node
     elsewhere = tmp_path / "elsewhere"

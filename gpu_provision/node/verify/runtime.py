@@ -7,6 +7,7 @@ resources and run the agent's own CUDA probe in a pod that requests one GPU.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
@@ -106,7 +107,8 @@ def read_node_settled(spec: dict[str, Any], settle_s: float = 60.0, interval_s: 
 
 def pod_manifest(spec: dict[str, Any], resource: str) -> dict[str, Any]:
     """A pod pinned to this node, asking for one ``resource``, running the agent's CUDA probe in python3."""
-    probe_source = cuda.__loader__.get_source(cuda.__name__)  # type: ignore[union-attr]
+    # inspect reads it through whichever loader imported the module (zipimport in the kept agent) or from its file.
+    probe_source = inspect.getsource(cuda)
     script = f"{probe_source}\nimport json\nprint(json.dumps(probe_devices(bandwidth=False)))\n"
     return {
         "apiVersion": "v1",
