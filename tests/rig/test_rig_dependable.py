@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import procscan
 import pytest
 
 from gpu_provision_rig import cgroups
@@ -34,17 +35,8 @@ def own_nodes(count: int, first_index: int) -> list[RigNode]:
 def node_processes(node_dir: Path, pid_ns: str) -> list[str]:
     """Processes of a node: those in its pid namespace (its systemd and all it runs) and those on the host whose
     command line names the node's directory (the node process, nspawn)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if os.readlink(proc / "ns/pid") == pid_ns or str(node_dir) in cmdline:
-                found.append(f"{proc.name}: {cmdline}")
-        except OSError:
-            continue
-    return found
+    return procscan.processes(lambda proc, cmdline: os.readlink(proc / "ns/pid") == pid_ns or
+                              str(node_dir) in cmdline)
 
 
 def test_fresh_nodes_boot_to_running_each_in_its_own_cgroups(rig):  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import procscan
 import pytest
 
 from gpu_provision_rig import network
@@ -32,17 +33,7 @@ def test_subnet_blackholed_while_bridge_is_down(rig_exclusive, rig_nodes):
 
 
 def _processes_mentioning(text: str) -> list[str]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(f"{proc.name}: {cmdline}")
-    return found
+    return procscan.processes(lambda proc, cmdline: text in cmdline)
 
 
 def test_down_leaves_nothing_behind(rig_exclusive, rig_nodes):
