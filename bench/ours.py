@@ -20,26 +20,22 @@ import time
 
 def main() -> int:
     """Check the inventory against the workload; exit status as ``gpu-provision drift``."""
-    from gevent import monkey
+    from gpu_provision.startup import fleet_process
 
-    monkey.patch_all()
-    import logging
+    with fleet_process():  # as gpu-provision drift starts
+        from bench.workload import Workload
+        from gpu_provision.drift import check_fleet
+        from gpu_provision.fleet import FleetSettings, load_inventory
 
-    from bench.workload import Workload
-    from gpu_provision.drift import check_fleet
-    from gpu_provision.fleet import FleetSettings, load_inventory
-
-    parser = argparse.ArgumentParser(prog="bench.ours")
-    parser.add_argument("inventory")
-    parser.add_argument("workload")
-    parser.add_argument("--parallel", type=int, default=0)
-    parser.add_argument("--profile", help="write cProfile statistics of the check to this file")
-    args = parser.parse_args()
-    for name in ("pyinfra", "paramiko"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    with open(args.workload, encoding="utf-8") as f:
-        workload = Workload.from_json(json.load(f))
-    inventory = load_inventory(args.inventory)
+        parser = argparse.ArgumentParser(prog="bench.ours")
+        parser.add_argument("inventory")
+        parser.add_argument("workload")
+        parser.add_argument("--parallel", type=int, default=0)
+        parser.add_argument("--profile", help="write cProfile statistics of the check to this file")
+        args = parser.parse_args()
+        with open(args.workload, encoding="utf-8") as f:
+            workload = Workload.from_json(json.load(f))
+        inventory = load_inventory(args.inventory)
     profiler = None
     before = _cpu_seconds()
     if args.profile:

@@ -19,21 +19,17 @@ from bench.ours import _cpu_seconds
 
 def main() -> int:
     """Verify the inventory's hosts; exit 0 when every host passed, 1 when one failed, 2 when one errored."""
-    from gevent import monkey
+    from gpu_provision.startup import fleet_process
 
-    monkey.patch_all()
-    import logging
-
-    from gpu_provision.fleet import FleetSettings, load_inventory, run_fleet
-    from gpu_provision.verify.collect import host_report, use_expectations, verify_host
+    with fleet_process():  # as gpu-provision verify starts
+        from gpu_provision.fleet import FleetSettings, load_inventory, run_fleet
+        from gpu_provision.verify.collect import host_report, use_expectations, verify_host
 
     parser = argparse.ArgumentParser(prog="bench.verify")
     parser.add_argument("inventory")
     parser.add_argument("expect")
     parser.add_argument("--profile", help="write cProfile statistics of the run to this file")
     args = parser.parse_args()
-    for name in ("pyinfra", "paramiko"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
     inventory = load_inventory(args.inventory)
     use_expectations(inventory, {host.name: args.expect for host in inventory}, args.inventory)
     profiler = None

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, use_cluster
+from gpu_provision.startup import fleet_process
 
 #: Seconds the collection may take on a node (``nvidia-bug-report.sh`` alone may take three minutes).
 DEFAULT_TIMEOUT = 600.0
@@ -184,13 +185,10 @@ def diagnosis_of(result: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Collect every node's bundle, run the doctor on each, print the summary; returns the exit status."""
-    from gevent import monkey
-
-    monkey.patch_all()
-
-    from gpu_provision.doctor import FleetDiagnosis
-    from gpu_provision.errors import GpuProvisionError
-    from gpu_provision.fleet import load_inventory, run_fleet, settings_from
+    with fleet_process():
+        from gpu_provision.doctor import FleetDiagnosis
+        from gpu_provision.errors import GpuProvisionError
+        from gpu_provision.fleet import load_inventory, run_fleet, settings_from
 
     use_cluster(args)
     settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit,

@@ -25,6 +25,7 @@ from gpu_provision.commands.args import (
     progress,
     use_cluster,
 )
+from gpu_provision.startup import fleet_process
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,21 +54,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the fleet and print the report; returns the exit status."""
-    # Parallel SSH runs in gevent greenlets, which need sockets patched before any connection is made.
-    from gevent import monkey
-
-    monkey.patch_all()
-
-    from gpu_provision.drift import check_fleet, load_stages
-    from gpu_provision.fleet import load_inventory, settings_from
-
     use_cluster(args)
     if args.in_cluster:
         return _in_cluster(args)
-    settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
-    stages = load_stages(args.stage)
-    _quiet_pyinfra()
-    report = check_fleet(load_inventory(args.inventory), stages, settings, progress=progress())
+    with fleet_process():
+        from gpu_provision.drift import check_fleet, load_stages
+        from gpu_provision.fleet import load_inventory, settings_from
+
+        settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout, args.limit)
+        stages = load_stages(args.stage)
+        inventory = load_inventory(args.inventory)
+    report = check_fleet(inventory, stages, settings, progress=progress())
     emit(args, report.to_json(), report.render)
     return report.exit_status
 
@@ -92,9 +89,3 @@ def _in_cluster(args: argparse.Namespace) -> int:
     return report.exit_status
 
 
-def _quiet_pyinfra() -> None:
-    # pyinfra logs every connect and fact, paramiko a traceback per refused login; the report says what matters.
-    import logging
-
-    for name in ("pyinfra", "paramiko"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)

@@ -22,6 +22,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from gpu_provision.commands.args import add_command, add_fleet_options, emit, progress, say, use_cluster
+from gpu_provision.startup import fleet_process
 
 ACTIONS = ("run", "plan", "status", "prepare", "finish")
 
@@ -92,19 +93,14 @@ def _action(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Plan, run or show the rollout; returns the exit status."""
-    # Parallel SSH runs in gevent greenlets, which need sockets patched before any connection is made.
-    from gevent import monkey
-
-    monkey.patch_all()
-
-    from gpu_provision.commands.drift import _quiet_pyinfra
-    from gpu_provision.drift import check_fleet, load_stages
-    from gpu_provision.errors import GpuProvisionError
-    from gpu_provision.fleet import load_inventory, settings_from
-    from gpu_provision.inventory import cluster_for
-    from gpu_provision.rollout.batches import parse_max_unavailable
-    from gpu_provision.rollout.plan import plan_rollout
-    from gpu_provision.stages.pipeline import chosen_stages
+    with fleet_process():
+        from gpu_provision.drift import check_fleet, load_stages
+        from gpu_provision.errors import GpuProvisionError
+        from gpu_provision.fleet import load_inventory, settings_from
+        from gpu_provision.inventory import cluster_for
+        from gpu_provision.rollout.batches import parse_max_unavailable
+        from gpu_provision.rollout.plan import plan_rollout
+        from gpu_provision.stages.pipeline import chosen_stages
 
     action = _action(args)
     stages = [s for s in chosen_stages(args.stage) if s != "verify"]
@@ -120,7 +116,6 @@ def run(args: argparse.Namespace) -> int:
     if not hosts:
         raise GpuProvisionError(f"{args.inventory}: the inventory has no hosts")
     cluster = cluster_for(hosts[0])
-    _quiet_pyinfra()
     if action == "status":
         return _status(args, cluster, settings)
     if action == "finish":

@@ -17,6 +17,7 @@ from gpu_provision.commands.args import (
     use_cluster,
 )
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.startup import fleet_process
 from gpu_provision.verify import table
 from gpu_provision.verify.report import fleet_status
 
@@ -68,12 +69,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         reports = incluster.collect(args.namespace, args.kubeconfig, limit=args.limit)
     else:
-        from gpu_provision.fleet import settings_from
-        from gpu_provision.verify import collect
+        with fleet_process(pyinfra_warnings=True):
+            from gpu_provision.fleet import settings_from
+            from gpu_provision.verify import collect
 
         settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout,
                                  args.limit, default_command_timeout=None)
-        _quiet_pyinfra()
         reports = collect.run(args.inventory, settings, expect_files=dict(args.expect or []),
                               report_dir=args.report_dir, remote_dir=args.remote_dir, progress=progress(),
                               keep=args.keep_node_files)
@@ -83,8 +84,3 @@ def run(args: argparse.Namespace) -> int:
     return fleet_status(reports)
 
 
-def _quiet_pyinfra() -> None:
-    # pyinfra logs every operation on every host; the table (or JSON) says what matters, warnings still show.
-    import logging
-
-    logging.getLogger("pyinfra").setLevel(logging.WARNING)

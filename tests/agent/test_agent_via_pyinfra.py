@@ -4,14 +4,18 @@ runs the agent on a simulated node, collects the report and prints the fleet tab
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from agentsim import H200_GPUS
 
-from gpu_provision.commands import verify as verify_command
 from gpu_provision.verify import collect
 from gpu_provision.verify.agent import agent_digest
 from gpu_provision.verify.report import schema_problems
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _inventory(tmp_path: Path, expect: dict) -> Path:
@@ -38,27 +42,31 @@ def test_local_run_ships_agent_and_collects_report(sim_node, tmp_path: Path) -> 
     assert saved == report
 
 
-def test_command_prints_table_and_fails_on_a_bad_node(sim_node, tmp_path: Path, capsys) -> None:
+def verify_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``gpu-provision verify ARGS`` as users run it (a process of its own: the command patches the standard
+    library for gevent first thing, which it must not do inside the test process)."""
+    return subprocess.run([sys.executable, "-m", "gpu_provision.cli", "verify", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})  # the table's width, which a pipe does not give
+
+
+def test_command_prints_table_and_fails_on_a_bad_node(sim_node, tmp_path: Path) -> None:
     sim_node.configure(H200_GPUS[:1])
-    parser = __import__("argparse").ArgumentParser()
-    verify_command.register(parser.add_subparsers())
-    args = parser.parse_args(["verify", str(_inventory(tmp_path, sim_node.expect(2))),
-                              "--remote-dir", str(tmp_path / "remote")])
-    assert args.handler(args) == 1
-    out = capsys.readouterr().out.splitlines()
+    done = verify_command(str(_inventory(tmp_path, sim_node.expect(2))), "--remote-dir", str(tmp_path / "remote"))
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    out = done.stdout.splitlines()
     assert out[0].split() == ["NODE", "STATUS", "GPUS", "PASS", "FAIL", "SKIP", "TIME", "FIRST", "FAILURE"]
     assert out[1].split()[:3] == ["sim-node", "FAIL", "1/2"]
     assert "node.gpu.count: driver sees 1 GPU(s), the cluster file says 2" in out[1]
     assert out[-1] == "0 of 1 node(s) passed, 1 failed"
 
 
-def test_command_json_output(sim_node, tmp_path: Path, capsys) -> None:
-    parser = __import__("argparse").ArgumentParser()
-    verify_command.register(parser.add_subparsers())
-    args = parser.parse_args(["verify", str(_inventory(tmp_path, sim_node.expect())), "--json",
-                              "--remote-dir", str(tmp_path / "remote")])
-    assert args.handler(args) == 0
-    reports = json.loads(capsys.readouterr().out)
+def test_command_json_output(sim_node, tmp_path: Path) -> None:
+    done = verify_command(str(_inventory(tmp_path, sim_node.expect())), "--json", "--remote-dir",
+                          str(tmp_path / "remote"))
+    assert done.returncode == 0, done.stderr
+    reports = json.loads(done.stdout)
     assert [r["status"] for r in reports] == ["pass"]
 
 

@@ -3,6 +3,9 @@ selection, results by value, per-host operations, and unreachable hosts reported
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +118,18 @@ def test_verify_limit_names_unknown_hosts_as_drift_does(tmp_path: Path, closed_p
         collect.run(str(inventory), FleetSettings(limit=("gpu-09",)))
 
 
-def test_verify_command_takes_the_runner_settings_and_lists_an_unreachable_node(tmp_path: Path, closed_port, capsys):
-    import argparse
-
-    from gpu_provision.commands import verify as verify_command
-
+def test_verify_command_takes_the_runner_settings_and_lists_an_unreachable_node(tmp_path: Path, closed_port):
     inventory = tmp_path / "inventory_down.py"
     inventory.write_text(f"hosts = [{down('down-node', closed_port)!r}]\n")
-    parser = argparse.ArgumentParser()
-    verify_command.register(parser.add_subparsers())
-    args = parser.parse_args(["verify", str(inventory), "--connect-timeout", "2", "--command-timeout", "30",
-                              "--config", str(tmp_path / "absent.py"), "--limit", "down-node"])
+    # A process of its own, as users run it: the command patches the standard library for gevent first thing.
+    done = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "verify", str(inventory), "--connect-timeout",
+                           "2", "--command-timeout", "30", "--config", str(tmp_path / "absent.py"), "--limit",
+                           "down-node"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})  # the table's width, which a pipe does not give
     # An unreachable node is an error (2), as drift says; a failed check would be a finding (1).
-    assert args.handler(args) == 2
-    out = capsys.readouterr().out.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    out = done.stdout.splitlines()
     assert out[1].split()[:3] == ["down-node", "ERROR", "?/?"]
     assert "unreachable: Could not connect" in out[1]
 
