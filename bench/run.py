@@ -341,9 +341,10 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def compile_sources() -> None:
-    """Byte-compile this checkout's packages once, as installing the wheel does: a run from a checkout (or with
-    ``PYTHONDONTWRITEBYTECODE`` set, as CI sets it) would otherwise compile every gpu-provision module again in
-    every measured run, a cost no installed copy pays and stock pyinfra's installed modules never pay."""
+    """Byte-compile this checkout's packages once, as installing the wheel does: a run from a checkout with
+    ``PYTHONDONTWRITEBYTECODE`` set (as this machine's environment has it) would otherwise compile every
+    gpu-provision module again in every measured run, a cost no installed copy pays and stock pyinfra's installed
+    modules never pay."""
     import compileall
 
     root = Path(__file__).resolve().parents[1]
