@@ -142,3 +142,12 @@ def test_rpm_nodes_answer_every_name_from_one_rpm_process(monkeypatch) -> None:
         "containerd.io": {"version": "1.7.27-3.1.el9", "held": False},
         "kubelet": {"version": None, "held": False},
         "nvidia-driver": {"version": "580.159.04-1.el9", "held": False}}
+
+
+def test_a_node_without_dpkg_starts_no_process_for_it(tmp_path: Path, monkeypatch) -> None:
+    """An rpm node's system section asks for Ubuntu's precompiled module packages too: no database, no process."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(_command, "run", lambda argv, *a, **k: ran.append(argv) or (0, ""))
+    monkeypatch.setattr(_command, "available", lambda name: False)
+    assert _dpkg.entries(prefix="linux-modules-nvidia-", admin_dir=str(tmp_path / "no-dpkg")) == []
+    assert ran == []

@@ -33,8 +33,8 @@ def entries(names=(), prefix=None, admin_dir=None):
     if not names and not prefix:
         return []
     text = _status_text(admin_dir)
-    if text is None:
-        return _query(names, prefix, admin_dir)
+    if text is None:  # a journal to read too, or no dpkg database at all (an rpm node: no process for that)
+        return _query(names, prefix, admin_dir) if _command.available("dpkg-query") else []
     found = []
     # A paragraph starts with its Package line; an exact name is that whole line, a prefix its start.
     for needle in (["\nPackage: " + prefix] if prefix else ["\nPackage: %s\n" % name for name in names]):
