@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             from gpu_provision.verify import collect
 
         settings = settings_from(args.config, args.parallel, args.connect_timeout, args.command_timeout,
-                                 args.limit, default_command_timeout=None)
+                                 args.limit)
         reports = collect.run(args.inventory, settings, expect_files=dict(args.expect or []),
                               report_dir=args.report_dir, remote_dir=args.remote_dir, progress=progress(),
                               keep=args.keep_node_files)

@@ -8,14 +8,15 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
 * :func:`run_command` is what every run sends: a ``python3 -c`` loader of about a kilobyte plus the node's
   expectations. It checks that the cache directory is still root's alone (owner root, no group or other bits)
   and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it removes other
-  versions' copies (an agent put in place by the pyinfra stage, :func:`gpu_provision.stages.verify.verify`, which
-  writes its file without the installer below, leaves the older ones to this), then writes the
+  versions' copies (the one place that does, whichever way the copy came: the installer below or the pyinfra
+  stage, :func:`gpu_provision.stages.verify.verify`, which writes it as a file), then writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
   name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
   hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
 * :func:`install_command` is sent only after a miss: the agent's bytes on the command's standard input, written
-  to a same-directory temporary file from ``mktemp``, checked against the digest, renamed into place; older
-  versions' copies are removed. It refuses a cache path that is a symbolic link or not a directory.
+  to a same-directory temporary file from ``mktemp``, checked against the digest, renamed into place (the run
+  that follows removes older versions' copies). It refuses a cache path that is a symbolic link or not a
+  directory.
 
 Nothing is written under ``/tmp``, ``/var/tmp`` or ``/dev/shm``. The commands run with the host's connector
 arguments (``_sudo`` and the rest), so a non-root login still runs them as root.
@@ -107,7 +108,6 @@ if [ "$(sha256sum < "$t")" != "{sha256}  -" ]; then echo "gpu-provision: incompl
 chmod 0600 "$t"
 mv -f "$t" "$c/{digest}.pyz"
 t=
-for old in "$c"/*.pyz; do [ "$old" = "$c/{digest}.pyz" ] || rm -f "$old"; done
 """
 
 

@@ -22,13 +22,8 @@ def _sha256_type():
     return hashlib.sha256
 
 
-_SHA256: list = []
-
-
-def _sha256():
-    if not _SHA256:
-        _SHA256.append(_sha256_type())
-    return _SHA256[0]()
+#: Chosen once, when the files section is first imported.
+SHA256 = _sha256_type()
 
 
 _NAMES: dict = {}
@@ -58,7 +53,7 @@ def _read(path):
     """SHA-256 of a regular file, read in chunks (memory stays bounded whatever its size), and its bytes when it
     has at most ``MAX_CONTENT`` of them (else None). Opened without following a link swapped in since ``lstat``
     and without blocking."""
-    digest, data, size = _sha256(), [], 0
+    digest, data, size = SHA256(), [], 0
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
