@@ -1,4 +1,5 @@
-"""GPU monitoring: the DCGM exporter DaemonSet and a Prometheus scrape configuration for it."""
+"""GPU monitoring: the DCGM exporter DaemonSet, a Prometheus scrape configuration for it and the GPU dashboard on
+its metrics (``k8s.dashboard``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from gpu_provision.k8s import dashboard
 from gpu_provision.k8s.device_plugin import GPU_TOLERATION
 from gpu_provision.k8s.endpoints import host_port
 from gpu_provision.k8s.images import with_registry
@@ -18,6 +20,8 @@ from gpu_provision.spec.namespaces import MONITORING
 NAMESPACE = MONITORING
 NAME = "dcgm-exporter"
 PORT = 9400
+#: The scrape job's name: the dashboard's queries select on it.
+SCRAPE_JOB = NAME
 
 
 def daemonset(cluster: Cluster) -> Obj:
@@ -54,10 +58,13 @@ def daemonset(cluster: Cluster) -> Obj:
 
 
 def manifests(cluster: Cluster) -> list[Obj]:
-    """The monitoring namespace and the exporter, or nothing when the file turns the exporter off."""
+    """The monitoring namespace, the exporter and the dashboard on its metrics, or nothing when the file turns the
+    exporter off. The dashboard is a ConfigMap only: without a Grafana whose sidecar watches this namespace it
+    does nothing."""
     if not cluster.kubernetes.monitoring.dcgm_exporter or not gpu_nodes(cluster):
         return []
-    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": meta(NAMESPACE)}, daemonset(cluster)]
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": meta(NAMESPACE)}, daemonset(cluster),
+            dashboard.configmap(NAMESPACE, SCRAPE_JOB)]
 
 
 def scrape_config(cluster: Cluster) -> str:
@@ -65,6 +72,6 @@ def scrape_config(cluster: Cluster) -> str:
     in brackets, as Prometheus reads ``host:port``)."""
     targets = [{"targets": [host_port(n.address, PORT)], "labels": {"node": n.name, "cluster": cluster.name}}
                for n in gpu_nodes(cluster)]
-    doc = {"scrape_configs": [{"job_name": NAME, "scrape_interval": "15s", "static_configs": targets}]}
+    doc = {"scrape_configs": [{"job_name": SCRAPE_JOB, "scrape_interval": "15s", "static_configs": targets}]}
     header = "# Written by gpu-provision from the cluster file; changes here are overwritten.\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
