@@ -103,7 +103,7 @@ def _gpu_plan(node: Node) -> dict:
         "toolkit": node.toolkit.version,
         "mig": {str(gpu): ({"enabled": False} if not layout.enabled else
                            {"layout": mig.format_layout(layout.profiles),
-                            "placements": [f"{p.profile}@{p.start}:{p.size}" for p in layout.placements]})
+                            "placements": [str(p) for p in node.mig.planned[gpu].placements]})
                 for gpu, layout in sorted(node.mig.layouts.items())},
         "vgpu": {str(k): v for k, v in sorted(node.vgpu.items())},
         "device_plugin": device_plugin_config(node),
