@@ -42,7 +42,7 @@ def test_pyinfra_loads_hosts_groups_and_data(monkeypatch) -> None:
     host = inventory.get_host("h200-01")
     assert host.data.ssh_hostname == "192.0.2.21"
     assert host.data.gpu_provision_node["gpus"] == {"model": "H200", "count": 8}
-    assert node_for(host).mig.layouts[0].placements[0].profile == "2g.35gb"
+    assert node_for(host).mig.planned[0].placements[0].profile == "2g.35gb"
 
 
 def test_debug_inventory_lists_hosts() -> None:

@@ -18,12 +18,12 @@ import sys
 from gpu_provision.commands.args import add_cluster, add_command, cluster_file
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.mig import install as agent_mig
-from gpu_provision.mig.plan import desired_layouts, layout_drift, mig_actions
+from gpu_provision.mig.plan import layout_drift, mig_actions
 from gpu_provision.node.mig import layout
 from gpu_provision.node.mig.holders import running_holders
 from gpu_provision.node.mig.model import GpuLayout, fmt_placements
 from gpu_provision.node.probe import mig as mig_probe
-from gpu_provision.spec import catalog, load_cluster
+from gpu_provision.spec import load_cluster
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,20 +57,19 @@ def mig_assert(args: argparse.Namespace) -> int:
         raise GpuProvisionError(f"{path}: no node named {args.node}") from None
     if not node.mig.layouts:
         raise GpuProvisionError(f"{path}: node {args.node} has no MIG layout")
-    model = catalog.model(node.gpus.model) if node.gpus.model else None
     snapshot = mig_probe.collect({"vgpu": False})
     if snapshot.get("smi_rc") != 0:
         raise GpuProvisionError(f"nvidia-smi failed: {snapshot.get('error')}")
     units = running_holders()
-    actions = mig_actions(node.mig.layouts, snapshot, model, active_units=units, allow_drain=node.mig.allow_drain)
-    desired = desired_layouts(node.mig.layouts, model)
+    desired = node.mig.planned
+    actions = mig_actions(desired, snapshot, active_units=units, allow_drain=node.mig.allow_drain)
     gpus = {g["index"]: g for g in snapshot["gpus"]}
     if args.json:
         print(json.dumps({
             "node": node.name,
             "gpus": {str(i): {"expected": expected_text(want), "found": layout.describe_gpu(gpus.get(i))}
                      for i, want in sorted(desired.items())},
-            "drift": [str(d) for d in layout_drift(node.mig.layouts, snapshot, model)],
+            "drift": [str(d) for d in layout_drift(desired, snapshot)],
             "plan": [{"step": str(a), "commands": layout.commands(a)} for a in actions],
             "applier": agent_mig.apply_command(node, "apply"),
         }, indent=2))

@@ -103,7 +103,7 @@ def _gpu_plan(node: Node) -> dict:
         "toolkit": node.toolkit.version,
         "mig": {str(gpu): ({"enabled": False} if not layout.enabled else
                            {"layout": mig.format_layout(layout.profiles),
-                            "placements": [f"{p.profile}@{p.start}:{p.size}" for p in layout.placements]})
+                            "placements": [str(p) for p in node.mig.planned[gpu].placements]})
                 for gpu, layout in sorted(node.mig.layouts.items())},
         "vgpu": {str(k): v for k, v in sorted(node.vgpu.items())},
         "device_plugin": device_plugin_config(node),
@@ -174,7 +174,7 @@ def _slots_text(model_key: str, counts: dict[str, int], placements: Sequence[Pla
 
 
 def mig_plan(args: argparse.Namespace) -> int:
-    """Place a layout on a model; exit 1 when it cannot fit."""
+    """Place a layout on a model; exit 1 when it cannot fit, 2 for an unknown model or profile (as ``--help`` says)."""
     model = catalog.model(args.gpu)
     if model is None:
         raise GpuProvisionError(f"unknown GPU model '{args.gpu}' (allowed: {', '.join(catalog.models())})")
@@ -191,6 +191,11 @@ def mig_plan(args: argparse.Namespace) -> int:
                               for p in table.profiles))
         return 0
     counts = mig.parse_layout(args.layout)
+    unknown = [name for name in counts if table.profile(name) is None]
+    if unknown:
+        # A profile the model lacks is a mistyped argument, not a layout that does not fit: a usage error.
+        raise GpuProvisionError(f"'{unknown[0]}' is not a MIG profile of {model.key} "
+                                f"(allowed: {', '.join(p.name for p in table.profiles)})")
     try:
         placements = mig.plan(table, counts)
     except MigLayoutError as exc:

@@ -6,6 +6,7 @@ On a node::
     /etc/gpu-provision/mig-layout.yaml                   the node's layout, mig-parted ``version: v1`` written as JSON
     /etc/gpu-provision/vgpu.json                         the node's vGPU types (vGPU hosts only)
     /etc/systemd/system/gpu-provision-mig.service        re-applies both at boot, before the container runtime and kubelet
+    /run/gpu-provision/mig-apply.lock                    held by the one applier that runs (the boot unit, a deploy, by hand)
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from gpu_provision.mig.plan import mig_actions
 from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
 from gpu_provision.node.mig.layout import Action
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed
-from gpu_provision.spec import catalog
 from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -34,8 +33,7 @@ def active_units(state: NodeStateData) -> set[str]:
 
 def node_actions(node: Node, state: NodeStateData) -> list[Action]:
     """The MIG actions ``node`` needs, given its probed state."""
-    model = catalog.model(node.gpus.model) if node.gpus.model else None
-    return mig_actions(node.mig.layouts, state.section("mig"), model, active_units=active_units(state),
+    return mig_actions(node.mig.planned, state.section("mig"), active_units=active_units(state),
                        allow_drain=node.mig.allow_drain, device_plugin=True)
 
 
@@ -56,7 +54,7 @@ def commands_for(node: Node, actions: list[Action]) -> list[str]:
 def layout(node: Node, request: Request | None = None) -> Any:
     """MIG mode, GPU instances and compute instances of every GPU of ``node`` as its layouts say.
 
-    + node: the typed node (``node.mig.layouts`` with planned placements)
+    + node: the typed node (``node.mig.planned``: the layouts the resolve step planned)
     + request: extra probe request to merge (the stage's whole request, so one probe serves all)
 
     The applier and the layout file must be installed first (``stages.mig`` does that). Yields nothing when every

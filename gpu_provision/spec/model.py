@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpu_provision.node.mig.model import Placement
+from gpu_provision.node.mig.model import GpuLayout
 from gpu_provision.spec.defaults import FLAT_SUITE
 from gpu_provision.spec.settings import default
 
@@ -248,13 +248,18 @@ class GpuExpectation:
 
 @dataclass(frozen=True)
 class MigLayout:
-    """The MIG layout of one GPU: ``None`` profiles means MIG disabled."""
+    """The MIG layout the cluster file asks of one GPU: instance counts as written, and the layout planned from them.
+
+    The counts are what the node's mig-parted layout file carries; ``planned`` is what every other reader (the
+    deploy's plan, drift, ``mig-assert``, verification) compares a GPU with, planned once by
+    :func:`gpu_provision.spec.resolve.derive`.
+    """
 
     #: Profile name -> instance count, e.g. ``{"1g.18gb": 2, "3g.71gb": 1}``; empty with MIG enabled and no instances.
     profiles: dict[str, int]
     enabled: bool = True
-    #: Concrete placements planned from the model's placement table (filled by the loader).
-    placements: tuple[Placement, ...] = ()
+    #: MIG mode and placements planned on the model's placement table; None until the cluster file is resolved.
+    planned: GpuLayout | None = None
     #: Name of the mig-parted config this layout came from, if any.
     config_name: str | None = None
 
@@ -273,6 +278,15 @@ class Mig:
     def enabled(self) -> bool:
         """Whether any GPU of the node has MIG on."""
         return any(layout.enabled for layout in self.layouts.values())
+
+    @property
+    def planned(self) -> dict[int, GpuLayout]:
+        """Per GPU index, the planned layout to reach; ValueError for a model the cluster file's resolve step did not
+        plan (a node built by hand), rather than planning again somewhere else."""
+        unplanned = sorted(index for index, layout in self.layouts.items() if layout.planned is None)
+        if unplanned:
+            raise ValueError(f"MIG layouts of GPU(s) {unplanned} were never planned (spec.resolve.derive plans them)")
+        return {index: layout.planned for index, layout in self.layouts.items() if layout.planned is not None}
 
 
 @dataclass(frozen=True)

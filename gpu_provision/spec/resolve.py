@@ -4,9 +4,9 @@ Inheritance (:func:`resolve_node`) runs before the checks of meaning, which read
 defaults; mappings merge key by key, any other value (lists included) replaces the inherited one. The provenance map
 lets a problem found in a resolved node point at the line where the offending value was written.
 
-Derivation (:func:`derive`) runs after every check has passed, so it never meets a problem to report: it fills in
-the MIG placements planned from the model's placement table and the device plugin's MIG strategy when the file
-leaves it out.
+Derivation (:func:`derive`) runs after every check has passed, so it never meets a problem to report: it stores each
+GPU's planned MIG layout (a :class:`GpuLayout`: MIG mode and placements on the model's placement table) beside the
+counts the file wrote, and fills in the device plugin's MIG strategy when the file leaves it out.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from gpu_provision.node.mig.model import GpuLayout
 from gpu_provision.spec import catalog, mig
 from gpu_provision.spec.model import Cluster, MigLayout, MigStrategy, Node
 from gpu_provision.spec.yamlsafe import Path
@@ -83,13 +84,20 @@ def mig_strategy_for(layouts: dict[int, MigLayout]) -> MigStrategy:
     return "single" if single else "mixed"
 
 
+def _planned(layout: MigLayout, model: catalog.GpuModel | None) -> GpuLayout:
+    """The GPU layout ``layout`` asks for. The checks have passed: a layout with MIG on has a model with a table."""
+    if not layout.enabled:
+        return GpuLayout(False)
+    assert model is not None and model.mig is not None
+    return GpuLayout(True, mig.plan(model.mig, layout.profiles))
+
+
 def _derive_node(node: Node) -> Node:
-    model = catalog.model(node.gpus.model) if node.gpus.model else None
-    if not node.mig.layouts or model is None or model.mig is None:
+    if not node.mig.layouts:
         return node
-    layouts: dict[int, MigLayout] = {}
-    for gpu, layout in sorted(node.mig.layouts.items()):
-        layouts[gpu] = replace(layout, placements=mig.plan(model.mig, layout.profiles)) if layout.enabled else layout
+    model = catalog.model(node.gpus.model) if node.gpus.model else None
+    layouts = {gpu: replace(layout, planned=_planned(layout, model))
+               for gpu, layout in sorted(node.mig.layouts.items())}
     node = replace(node, mig=replace(node.mig, layouts=layouts))
     if node.mig.enabled and node.device_plugin.mig_strategy == "none":
         node = replace(node, device_plugin=replace(node.device_plugin, mig_strategy=mig_strategy_for(layouts)))
@@ -97,7 +105,7 @@ def _derive_node(node: Node) -> Node:
 
 
 def derive(cluster: Cluster) -> Cluster:
-    """The valid ``cluster`` with derived values filled in: MIG placements and the device plugin's MIG strategy.
+    """The valid ``cluster`` with derived values filled in: planned MIG layouts and the device plugin's MIG strategy.
 
     A strategy of ``none`` on a node with MIG on can only be the default here (the checks refuse it when written),
     so it is replaced by the one the layouts allow.

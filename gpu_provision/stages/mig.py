@@ -28,7 +28,6 @@ from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
 from gpu_provision.operations.commands import current_state
 from gpu_provision.rollout import kernel as kernel_guard
-from gpu_provision.spec import catalog
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver
 from gpu_provision.state import NodeStateData, Request
@@ -89,8 +88,7 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     section = state.section("mig")
     out: list[Difference] = []
     if node.mig.layouts:
-        model = catalog.model(node.gpus.model) if node.gpus.model else None
-        for drift in layout_drift(node.mig.layouts, section, model):
+        for drift in layout_drift(node.mig.planned, section):
             out.append(Difference("mig-layout", f"GPU {drift.gpu}", str(drift.expected), drift.found_text, NAME))
     if node.vgpu:
         for step in vgpu_plan.plan_vgpu(dict(node.vgpu), section):

@@ -186,8 +186,7 @@ def allocatable_for(count: int, layouts: dict[int, GpuLayout], mig_strategy: str
 
 def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
-    layouts = {index: GpuLayout(True, layout.placements) for index, layout in node.mig.layouts.items()
-               if layout.enabled}
+    layouts = {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
     image = node.verify.container_image

@@ -153,6 +153,25 @@ def test_exit_statuses_ok_findings_error(capsys):
     assert run(capsys, "validate", "--cluster", "/nonexistent.yaml")[0] == EXIT_ERROR
 
 
+def test_mig_plan_exit_statuses_are_the_ones_its_help_names(capsys):
+    """``mig-plan --help`` names an unknown profile among the errors (2), beside a layout that does not fit (1)."""
+    help_text = cli_help(capsys, "mig-plan")
+    assert "1 findings (the layout does not fit)" in help_text and "2 error (an unknown model or profile" in help_text
+    status, out, err = run(capsys, "mig-plan", "--gpu", "H200", "1g.99gb x2 + 3g.71gb")
+    assert status == EXIT_ERROR and out == ""
+    assert "'1g.99gb' is not a MIG profile of H200 (allowed: 1g.18gb," in err
+    status, out, _ = run(capsys, "mig-plan", "--gpu", "H200", "1g.99gb", "--json")
+    assert status == EXIT_ERROR and "1g.99gb" in json.loads(out)["error"]["message"]
+    assert run(capsys, "mig-plan", "--gpu", "H200", "1g.18gb x9")[0] == EXIT_FINDINGS
+
+
+def cli_help(capsys: pytest.CaptureFixture[str], command: str) -> str:
+    """The ``--help`` text of ``command``, joined onto one line."""
+    status, out, _ = run(capsys, command, "--help")
+    assert status == EXIT_OK
+    return " ".join(out.split())
+
+
 @pytest.mark.parametrize("spelling", ["h200", "H200", "NVIDIA H200", "nvidia h200 nvl"])
 def test_gpu_models_in_any_case_and_common_spellings(capsys, spelling):
     status, out, _ = run(capsys, "mig-plan", "--gpu", spelling, "--json")

@@ -165,5 +165,6 @@ def make_node(tmp_path: Path) -> MigNode:
         MODPROBE_SYSFS=str(kernel / "sys"),
         MODPROBE_PROCFS=str(kernel / "proc"),
         GPU_PROVISION_MIG_RECORD=str(tmp_path / "var" / "mig-stopped.json"),
+        GPU_PROVISION_MIG_LOCK=str(tmp_path / "run" / "mig-apply.lock"),
     )
     return MigNode(tmp_path, env)

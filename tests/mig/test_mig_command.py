@@ -40,7 +40,7 @@ def test_real_probe_answer_gives_the_captured_plan(tmp_path: Path) -> None:
     assert ProfileTable.from_dict(probe["tables"]["0"]) == catalog.model("H200").mig
     (tmp_path / "cluster.yaml").write_text(CLUSTER)
     node = load_cluster(tmp_path / "cluster.yaml").node("h200-dev")
-    actions = mig_actions(node.mig.layouts, probe, catalog.model("H200"))
+    actions = mig_actions(node.mig.planned, probe)
     captured = (HERE / "fixtures" / "mig-assert-h200x2-device.txt").read_text()
     steps = [line.split(". ", 1)[1] for line in captured.splitlines() if line[:4].strip().rstrip(".").isdigit()]
     assert [str(a) for a in actions] == steps

@@ -61,7 +61,7 @@ def test_placements_read_from_any_mapping_and_layouts_equal_in_any_order() -> No
 
 def test_the_cluster_model_verification_and_plan_share_the_type() -> None:
     node = load_cluster(REPO / "inventory" / "cluster.yaml").node("h200-01")
-    placements = node.mig.layouts[0].placements
+    placements = node.mig.planned[0].placements
     assert all(type(p) is Placement for p in placements)
     assert from_node(node).mig[0] == GpuLayout(True, placements)
 

@@ -4,6 +4,7 @@ the exact command sequence for each case (enable, change of layout, no-op, busy 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from gpu_provision.node.mig.model import GpuLayout, Placement, ProfileTable, fmt
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec import mig as spec_mig
-from gpu_provision.spec.model import MigLayout
+from gpu_provision.spec.model import Mig, MigLayout
+from gpu_provision.spec.resolve import derive
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -211,7 +213,7 @@ def test_example_cluster_node_plan() -> None:
     """inventory/cluster.yaml's h200-01: GPUs 0-6 balanced, GPU 7 whole; all eight MIG-disabled now."""
     node = load_cluster(REPO / "inventory" / "cluster.yaml").node("h200-01")
     snap = snapshot(current=False, count=8)
-    actions = mig_actions(node.mig.layouts, snap, catalog.model("H200"))
+    actions = mig_actions(node.mig.planned, snap)
     modes = [a.gpu for a in actions if a.kind == "mig-mode"]
     assert modes == list(range(7))
     creates = [(a.gpu, a.profile, a.start) for a in actions if a.kind == "create-gi"]
@@ -220,31 +222,38 @@ def test_example_cluster_node_plan() -> None:
 
 
 def test_drift_lines() -> None:
-    layouts = {0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}
+    layouts = {0: GpuLayout(True, TWO_3G)}
     assert [str(d) for d in layout_drift(layouts, snapshot())] == [
         "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found 2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, 3g.71gb@4:4"]
     assert [str(d) for d in layout_drift(layouts, snapshot(current=False, pending=True))] == [
         "GPU 0: expected 3g.71gb@0:4, 3g.71gb@4:4; found MIG enable pending"]
-    balanced = {0: MigLayout({"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}, placements=BALANCED)}
+    balanced = {0: GpuLayout(True, BALANCED)}
     assert layout_drift(balanced, snapshot()) == []
 
 
 def test_drift_is_structured() -> None:
     """Drift names the GPU and carries both layouts; nothing needs to read the text back."""
-    [drift] = layout_drift({0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot())
+    [drift] = layout_drift({0: GpuLayout(True, TWO_3G)}, snapshot())
     assert (drift.gpu, drift.expected, drift.found) == (0, GpuLayout(True, TWO_3G), GpuLayout(True, BALANCED))
-    [pending] = layout_drift({0: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot(current=False, pending=True))
+    [pending] = layout_drift({0: GpuLayout(True, TWO_3G)}, snapshot(current=False, pending=True))
     assert pending.found == GpuLayout(False) and pending.found_text == "MIG enable pending"
-    [off] = layout_drift({0: MigLayout({}, enabled=False)}, snapshot())
+    [off] = layout_drift({0: GpuLayout(False)}, snapshot())
     assert str(off.expected) == "MIG disabled" and off.found == GpuLayout(True, BALANCED)
-    [empty] = layout_drift({0: MigLayout({})}, snapshot())
+    [empty] = layout_drift({0: GpuLayout(True)}, snapshot())
     assert str(empty) == ("GPU 0: expected MIG enabled, no instances; found 2g.35gb@0:2, 1g.18gb@2:1, 1g.18gb@3:1, "
                           "3g.71gb@4:4")
-    [absent] = layout_drift({5: MigLayout({"3g.71gb": 2}, placements=TWO_3G)}, snapshot())
+    [absent] = layout_drift({5: GpuLayout(True, TWO_3G)}, snapshot())
     assert absent.found is None and absent.found_text == "no such GPU"
 
 
-def test_placements_planned_when_the_layout_has_none() -> None:
-    layouts = {0: MigLayout({"3g.71gb": 2})}
-    actions = mig_actions(layouts, snapshot(current=False), catalog.model("H200"))
+def test_placements_are_planned_once_by_the_resolve_step() -> None:
+    """A layout the resolve step did not plan is refused, never planned again elsewhere; the resolved node carries
+    the planned GpuLayout, and its actions create exactly those placements."""
+    cluster = load_cluster(REPO / "inventory" / "cluster.yaml")
+    node = replace(cluster.node("h200-01"), mig=Mig({0: MigLayout({"3g.71gb": 2})}))
+    with pytest.raises(ValueError, match="never planned"):
+        assert node.mig.planned is None
+    [resolved] = derive(replace(cluster, nodes=(node,))).nodes
+    assert resolved.mig.planned == {0: GpuLayout(True, TWO_3G)}
+    actions = mig_actions(resolved.mig.planned, snapshot(current=False))
     assert argv(actions)[1:3] == ["nvidia-smi mig -i 0 -cgi 3g.71gb:0 -C", "nvidia-smi mig -i 0 -cgi 3g.71gb:4 -C"]

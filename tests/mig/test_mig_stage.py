@@ -40,7 +40,7 @@ def snapshot(current: bool, count: int = 8, gis: dict[int, list[tuple[str, int, 
 
 
 def converged() -> dict:
-    placements = [(p.profile, p.start, p.size) for p in H200.mig.layouts[0].placements]
+    placements = [(p.profile, p.start, p.size) for p in H200.mig.planned[0].placements]
     snap = snapshot(True, gis={i: placements for i in range(7)})
     snap["gpus"][7]["mig_current"] = snap["gpus"][7]["mig_pending"] = False
     return snap

@@ -38,7 +38,7 @@ def test_mixed_layout_per_gpu_and_placements() -> None:
     assert not h200.mig.layouts[7].enabled
     first = h200.mig.layouts[0]
     assert first.profiles == {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}
-    assert [(p.profile, p.start) for p in first.placements] == [
+    assert [(p.profile, p.start) for p in first.planned.placements] == [
         ("2g.35gb", 0), ("1g.18gb", 2), ("1g.18gb", 3), ("3g.71gb", 4)]
     assert h200.device_plugin.mig_strategy == "mixed"
 

@@ -48,5 +48,5 @@ def test_derived_values_are_filled_in_after_the_checks(tmp_path: Path) -> None:
     a, b, c = cluster.nodes
     assert a.device_plugin.mig_strategy == "single" and b.device_plugin.mig_strategy == "mixed"
     assert c.device_plugin.mig_strategy == "none"
-    assert [len(layout.placements) for layout in a.mig.layouts.values()] == [7, 7]
-    assert sorted(p.profile for p in b.mig.layouts[0].placements) == ["1g.18gb", "1g.18gb", "3g.71gb"]
+    assert [len(layout.planned.placements) for layout in a.mig.layouts.values()] == [7, 7]
+    assert sorted(p.profile for p in b.mig.planned[0].placements) == ["1g.18gb", "1g.18gb", "3g.71gb"]

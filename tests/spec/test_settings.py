@@ -105,6 +105,6 @@ nodes:
         2: {layout: {"1g.24gb+me": 1, "1g.24gb": 1, "2g.48gb+gfx": 1}}
 """)
     layouts = load_cluster(tmp_path / "cluster.yaml").node("n1").mig.layouts
-    assert sorted(p.profile for p in layouts[0].placements) == ["1g.24gb+me.all"] + ["1g.24gb-me"] * 3
-    assert sorted(p.profile for p in layouts[1].placements) == ["1g.24gb+gfx"] * 2 + ["2g.48gb-me"]
-    assert sorted(p.profile for p in layouts[2].placements) == ["1g.24gb", "1g.24gb+me", "2g.48gb+gfx"]
+    assert sorted(p.profile for p in layouts[0].planned.placements) == ["1g.24gb+me.all"] + ["1g.24gb-me"] * 3
+    assert sorted(p.profile for p in layouts[1].planned.placements) == ["1g.24gb+gfx"] * 2 + ["2g.48gb-me"]
+    assert sorted(p.profile for p in layouts[2].planned.placements) == ["1g.24gb", "1g.24gb+me", "2g.48gb+gfx"]

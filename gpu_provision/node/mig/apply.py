@@ -20,6 +20,10 @@ record (:mod:`.record`, ``/var/lib/gpu-provision/mig-stopped.json``) before they
 through the restarts (:mod:`.interrupt`), and a closed output only silences the progress lines. When even that
 cannot run (``kill -9``, power loss), the next ``apply`` or the boot unit finds the record, finishes the layout and
 then starts every unit and loads every module it names.
+
+Every run but ``plan`` holds the node's one-applier lock (:mod:`.lock`, ``/run/gpu-provision/mig-apply.lock``) from
+before it reads the GPUs until it ends, so the boot unit, a deploy and a run by hand never change the GPUs at once:
+a second one waits up to ``--lock-timeout`` seconds, then fails naming the holder.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import signal
 import time
 
 from ..probe import mig as mig_probe
-from . import holders, kmod, migparted, placement, record
+from . import holders, kmod, lock, migparted, placement, record
 from . import layout as mig_layout
 from . import vgpu as mig_vgpu
 from .interrupt import Interrupted, install, say, shielded
@@ -384,6 +388,10 @@ def main(argv=None) -> int:
     parser.add_argument("--record", default=record.default_path(),
                         help="record of the units and modules an apply took down (default: $GPU_PROVISION_MIG_RECORD "
                              "or " + record.RECORD_FILE + ")")
+    parser.add_argument("--lock", default=lock.default_path(),
+                        help="the node's one-applier lock (default: $GPU_PROVISION_MIG_LOCK or " + lock.LOCK_FILE + ")")
+    parser.add_argument("--lock-timeout", type=float, default=lock.WAIT_S, metavar="SECONDS",
+                        help="how long to wait for another applier holding the lock (default: %(default)g)")
     parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin restart")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -395,21 +403,28 @@ def main(argv=None) -> int:
         parser.error("vgpu needs --vgpu FILE")
     install()
     try:
-        rc = 0
-        if command in ("plan", "apply", "boot") and args.layout and os.path.exists(args.layout):
-            args.command = "plan" if command == "plan" else "apply"
-            rc = apply_layout(args)
-        elif command == "apply":
-            raise ApplyError(args.layout + ": no such file")
-        if rc == 0 and command in ("plan", "vgpu", "boot") and args.vgpu and os.path.exists(args.vgpu):
-            args.command = "plan" if command == "plan" else "vgpu"
-            rc = apply_vgpu(args)
-        elif command == "vgpu":
-            raise ApplyError(args.vgpu + ": no such file")
-        return rc
-    except (ApplyError, record.RecordError, ValueError, OSError) as exc:
+        # Everything but 'plan' changes the GPUs, so it runs only while no other applier does.
+        with (contextlib.nullcontext() if command == "plan" else lock.held(args.lock, args.lock_timeout, say)):
+            return run_commands(args, command)
+    except (ApplyError, record.RecordError, lock.LockBusy, ValueError, OSError) as exc:
         say(f"failed: {exc}")
         return 1
     except Interrupted as exc:
         say(f"interrupted by {exc}; a later run continues from the state reached")
         return 1
+
+
+def run_commands(args, command: str) -> int:
+    """The layout, then the vGPU types, as ``command`` asks (``boot`` does both)."""
+    rc = 0
+    if command in ("plan", "apply", "boot") and args.layout and os.path.exists(args.layout):
+        args.command = "plan" if command == "plan" else "apply"
+        rc = apply_layout(args)
+    elif command == "apply":
+        raise ApplyError(args.layout + ": no such file")
+    if rc == 0 and command in ("plan", "vgpu", "boot") and args.vgpu and os.path.exists(args.vgpu):
+        args.command = "plan" if command == "plan" else "vgpu"
+        rc = apply_vgpu(args)
+    elif command == "vgpu":
+        raise ApplyError(args.vgpu + ": no such file")
+    return rc
