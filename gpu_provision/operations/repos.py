@@ -76,6 +76,7 @@ def placeholders(system: Mapping[str, Any], k8s_minor: str = "") -> dict[str, st
         "pkgformat": "rpm" if rpm else "deb",
         "cuda_key": catalog()["cuda_repository"]["key"]["rpm" if rpm else "deb"],
         "k8s_minor": k8s_minor,
+        "k8s_key": catalog()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
     }
 
 

@@ -3,7 +3,8 @@
 URLs may hold placeholders filled per node from its facts: ``{distro}`` (``ubuntu2404``, ``debian12``, ``rhel9``),
 ``{os}`` (``ubuntu``, ``debian``, ``rhel``), ``{codename}`` (``noble``, ``bookworm``), ``{arch}`` (``x86_64`` or
 ``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``), ``{cuda_key}`` (the CUDA repository's signing key for that package format, from
-``gpu_provision/data/packages.json``) and ``{k8s_minor}`` (``1.36``).
+``gpu_provision/data/packages.json``), ``{k8s_minor}`` (``1.36``) and ``{k8s_key}`` (pkgs.k8s.io's key path for that
+package format, from the same file).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ UPSTREAM: dict[str, dict[str, Any]] = {
     },
     "kubernetes": {
         "url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/",
-        "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/Release.key",
+        "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/{k8s_key}",
         "suite": FLAT_SUITE,
     },
 }

@@ -88,7 +88,7 @@ FORMS: dict[str, str] = {
     r"^[0-9]+[kmg]?$": "a size such as '100m'",
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
-    r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.31.4'",
+    r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.36.4'",
     _TAINT: "key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
     "^[0-9]{1,2}$": "a GPU index such as '0'",

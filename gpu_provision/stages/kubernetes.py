@@ -30,6 +30,7 @@ from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.kubernetes import labels, membership, prerequisites
 from gpu_provision.operations.kubernetes import manifests as manifest_ops
 from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
+from gpu_provision.operations.packages import catalog
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -121,6 +122,16 @@ def control_plane_files(node: Node, cluster: Cluster, state: NodeStateData) -> l
 def repository_files(cluster: Cluster, state: NodeStateData) -> list[FileWant]:
     """The pkgs.k8s.io repository files of the cluster's minor version."""
     return repos.repository_files(REPO_ID, cluster.mirrors.kubernetes, state, k8s_minor=cluster.kubernetes.minor)
+
+
+def selinux_commands(state: NodeStateData) -> list[str]:
+    """On dnf nodes whose SELinux is enforcing: permissive now and from the next boot on, as "Installing kubeadm"
+    asks (packages.json ``kubernetes.selinux``, with its source); nothing once the file says otherwise."""
+    entry = catalog()["kubernetes"]["selinux"]
+    text = state.file(entry["file"]).content or ""
+    if state.package_manager != "dnf" or entry["enforcing"] not in text.splitlines():
+        return []
+    return [entry["command"]]
 
 
 def joined(node: Node, cluster: Cluster, state: NodeStateData) -> bool:
@@ -236,6 +247,11 @@ def kubernetes() -> None:
     if not manages(cluster):
         return
     prerequisites.swap_off(name="Swap off, fstab swap entries commented out")
+    selinux = Request(files={catalog()["kubernetes"]["selinux"]["file"]},
+                      contents={catalog()["kubernetes"]["selinux"]["file"]})
+    commands.guarded(name="SELinux permissive for kubelet", command=lambda s: " && ".join(selinux_commands(s)),
+                     needed=lambda s: "; ".join(selinux_commands(s)) or None, request=selinux,
+                     noop="SELinux not enforcing (or not a dnf node)")
     files.wants(name="Kernel modules at boot and Kubernetes sysctls", wants=prerequisite_files())
     prerequisites.modules_loaded(name="Kernel modules overlay and br_netfilter loaded", modules=MODULES)
     prerequisites.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)
