@@ -158,9 +158,11 @@ def request(node: Node, cluster: Cluster) -> Request:
     empty = NodeStateData({})
     req = request_for([*package_wants(cluster), *prerequisite_files(), UnitWant("kubelet")])
     req = req.merge(repos.repository_request(REPO_ID))
-    req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF,
+    selinux = catalog()["kubernetes"]["selinux"]["file"]
+    req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF, selinux,
                                    *(f"/sys/module/{m}" for m in MODULES)},
-                            contents={prerequisites.FSTAB}, sysctls=set(SYSCTLS), sections={"system", "kubernetes"}))
+                            contents={prerequisites.FSTAB, selinux}, sysctls=set(SYSCTLS),
+                            sections={"system", "kubernetes"}))
     if is_first(node, cluster):
         cp_files: list[Want] = list(control_plane_files(node, cluster, empty))
         req = req.merge(request_for(cp_files))
@@ -219,6 +221,9 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     for module in MODULES:
         if not prerequisites.module_present(state, module):
             out.append(Difference("kernel-module", module, "loaded", "not loaded", NAME))
+    if selinux_commands(state):
+        out.append(Difference("selinux", catalog()["kubernetes"]["selinux"]["file"], "not enforcing", "enforcing",
+                              NAME))
     running = state.system.get("sysctls", {})
     for name, value in SYSCTLS.items():
         if running.get(name) != value:

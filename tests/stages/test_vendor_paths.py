@@ -129,3 +129,18 @@ def test_a_second_run_on_a_converged_rhel_node_prepares_nothing() -> None:
     assert driver.preparation_commands(NODE, NodeStateData(raw9)) == []
     assert driver.preparation_commands(replace(NODE, driver=replace(NODE.driver, kernel_modules="proprietary")),
                                        NodeStateData(raw9)) == ["dnf module enable -y nvidia-driver:580-dkms"]
+
+
+def test_enforcing_selinux_on_a_dnf_node_is_a_kubernetes_difference_until_permissive() -> None:
+    from gpu_provision.stages import kubernetes
+    from gpu_provision.state import NodeStateData
+
+    manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == "RHEL 9, x86_64")
+    state = paths.state_for(manager, system)
+    assert paths.SELINUX_CONFIG in kubernetes.request(NODE, CLUSTER).contents
+    found = [d for d in kubernetes.extra_differences(NODE, CLUSTER, state) if d.kind == "selinux"]
+    assert [(d.expected, d.actual) for d in found] == [("not enforcing", "enforcing")]
+    raw = dict(state.raw)
+    raw["files"] = {paths.SELINUX_CONFIG: {"exists": True, "type": "file", "content": "SELINUX=permissive\n"}}
+    assert kubernetes.selinux_commands(NodeStateData(raw)) == []
+    assert not [d for d in kubernetes.extra_differences(NODE, CLUSTER, NodeStateData(raw)) if d.kind == "selinux"]
