@@ -57,3 +57,11 @@ def test_reference_page_shows_every_default() -> None:
         shown = value if isinstance(value, str) else json.dumps(value)
         assert rows[path][3] == f"`{shown}`", f"{path}: default column shows {rows[path][3]!r}"
     assert rows["driver.version"][3] == "", "a setting without a default shows none"
+
+
+def test_install_paths_page_is_current() -> None:
+    from gpu_provision.spec import load_cluster
+    from gpu_provision.stages.paths import render
+
+    assert (ROOT / "docs" / "install-paths.md").read_text() == render(load_cluster(str(ROOT / "inventory" /
+                                                                                         "cluster.yaml")))

@@ -2,11 +2,15 @@
 
 URLs may hold placeholders filled per node from its facts: ``{distro}`` (``ubuntu2404``, ``debian12``, ``rhel9``),
 ``{os}`` (``ubuntu``, ``debian``, ``rhel``), ``{codename}`` (``noble``, ``bookworm``), ``{arch}`` (``x86_64`` or
-``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``) and ``{k8s_minor}`` (``1.31``).
+``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``), ``{cuda_key}`` (the CUDA repository's signing key for that package format, from
+``gpu_provision/data/packages.json``), ``{k8s_minor}`` (``1.36``) and ``{k8s_key}`` (pkgs.k8s.io's key path for that
+package format, from the same file).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 #: The apt suite of a flat repository (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).
@@ -15,7 +19,7 @@ FLAT_SUITE = "/"
 UPSTREAM: dict[str, dict[str, Any]] = {
     "cuda": {
         "url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/",
-        "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/3bf863cc.pub",
+        "key_url": "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{cuda_arch}/{cuda_key}",
         "suite": FLAT_SUITE,
     },
     "container_toolkit": {
@@ -31,10 +35,13 @@ UPSTREAM: dict[str, dict[str, Any]] = {
     },
     "kubernetes": {
         "url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/",
-        "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/Release.key",
+        "key_url": "https://pkgs.k8s.io/core:/stable:/v{k8s_minor}/{pkgformat}/{k8s_key}",
         "suite": FLAT_SUITE,
     },
 }
 
-#: Kubernetes minor versions this project installs (pkgs.k8s.io serves v1.24 and later).
-KUBERNETES_MINORS = ("1.29", "1.30", "1.31", "1.32", "1.33")
+_KUBERNETES = json.loads((Path(__file__).resolve().parent.parent / "data" / "packages.json").read_text())["kubernetes"]
+#: Kubernetes minor versions this project installs: those upstream still supports (the data file names the source).
+KUBERNETES_MINORS: tuple[str, ...] = tuple(_KUBERNETES["supported_minors"])
+#: The Kubernetes version a cluster file without ``kubernetes.version`` gets.
+KUBERNETES_VERSION: str = _KUBERNETES["default_version"]

@@ -16,7 +16,7 @@ from functools import cache
 from itertools import chain
 from typing import Any
 
-from gpu_provision.spec.defaults import UPSTREAM
+from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION, UPSTREAM
 
 DOCS = "docs/cluster-file.md"
 
@@ -88,7 +88,7 @@ FORMS: dict[str, str] = {
     r"^[0-9]+[kmg]?$": "a size such as '100m'",
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
-    r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.31.4'",
+    r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.36.4'",
     _TAINT: "key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
     "^[0-9]{1,2}$": "a GPU index such as '0'",
@@ -356,8 +356,9 @@ _kubernetes = _obj(
     "The Kubernetes cluster (kubeadm).",
     {
         "enabled": _b("Install Kubernetes on the nodes.", default=True),
-        "version": _s("Kubernetes version, e.g. '1.31.4'; kubelet, kubeadm and kubectl are pinned to it.",
-                      pattern=r"^1\.[0-9]{2}\.[0-9]+$", default="1.31.4"),
+        "version": _s("Kubernetes version, e.g. '1.36.4'; kubelet, kubeadm and kubectl are pinned to it. Supported "
+                      f"minors: {', '.join(KUBERNETES_MINORS)} (those upstream still maintains).",
+                      pattern=r"^1\.[0-9]{2}\.[0-9]+$", default=KUBERNETES_VERSION),
         "pod_cidr": _s("Pod network CIDR.", pattern=_CIDR, default="10.244.0.0/16"),
         "service_cidr": _s("Service network CIDR.", pattern=_CIDR, default="10.96.0.0/12"),
         "control_plane_endpoint": _s("Stable address (host[:port]) of the API server; default: the first "

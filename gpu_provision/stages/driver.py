@@ -6,6 +6,8 @@ Package names per OS family come from ``gpu_provision/data/packages.json`` with 
 
 from __future__ import annotations
 
+import shlex
+
 from pyinfra import host
 from pyinfra.api import deploy
 
@@ -47,9 +49,30 @@ def precompiled(state: NodeStateData) -> bool:
     return family(state.system) == "ubuntu" and state.system.get("secure_boot") == "enabled"
 
 
-def flavour(kernel: str) -> str:
-    """Ubuntu kernel flavour: ``generic`` for ``6.8.0-45-generic``, ``aws`` for ``6.8.0-1015-aws``."""
-    return kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic"
+def flavour(kernel: str, release: str = "") -> str:
+    """Ubuntu kernel flavour, what follows the ABI number in ``uname -r``: ``generic`` for ``6.8.0-45-generic``,
+    ``nvidia-64k`` for ``6.8.0-1015-nvidia-64k``; a kernel newer than ``release``'s GA kernel is an HWE one
+    (``generic-hwe-22.04`` for ``6.8.0-45-generic`` on 22.04), as Ubuntu names its metapackages."""
+    parts = kernel.split("-", 2)
+    name = parts[2] if len(parts) == 3 else "generic"
+    ga = _abi_entry()["ga_kernels"].get(release)
+    if ga and not kernel.startswith(ga + ".") and name in _abi_entry()["hwe_flavours"]:
+        name += f"-hwe-{release}"
+    return name
+
+
+def _abi_entry() -> dict:
+    return dict(catalog()["driver"]["ubuntu"]["kernel_abi_versioned"])
+
+
+def kernel_versioned(name: str) -> bool:
+    """Whether package ``name`` is versioned by kernel ABI (Ubuntu's module packages), not by driver version."""
+    return name.startswith(_abi_entry()["prefix"])
+
+
+def node_flavour(state: NodeStateData) -> str:
+    """The running kernel's flavour on this node."""
+    return flavour(str(state.system.get("kernel", "")), str(state.system.get("os_version", "")))
 
 
 def fabric_manager(node: Node) -> bool:
@@ -77,7 +100,8 @@ def driver_packages(node: Node, state: NodeStateData) -> list[str]:
     entry = catalog()["driver"][fam]
     kind = f"precompiled_{modules(node)}" if precompiled(state) else modules(node)
     template = entry[kind]
-    return names(template, branch=node.driver.pinned_branch, flavour=flavour(str(state.system.get("kernel", ""))))
+    return names(template, branch=node.driver.pinned_branch, flavour=node_flavour(state),
+                 kernel=str(state.system.get("kernel", "")))
 
 
 def header_packages(node: Node, state: NodeStateData) -> list[str]:
@@ -93,6 +117,69 @@ def header_packages(node: Node, state: NodeStateData) -> list[str]:
         if not headers.get(kernel):
             out.extend(names(catalog()["kernel_headers"][manager], kernel=kernel))
     return out
+
+
+#: Where dnf keeps a module's enabled stream (what ``dnf module enable`` writes).
+MODULE_FILE = "/etc/dnf/modules.d/nvidia-driver.module"
+#: dnf's versionlock list, and the line this stage adds once the branch glob is locked there.
+VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+BRANCH_LOCK_MARK = "# gpu-provision branch lock "
+
+
+def rhel_major(state: NodeStateData) -> str:
+    """The RHEL-compatible release's major version (``9`` for Rocky 9.4)."""
+    return str(state.system.get("os_version", "")).split(".")[0]
+
+
+def module_stream(node: Node, state: NodeStateData) -> str | None:
+    """The ``nvidia-driver`` module stream NVIDIA documents for this release and module kind (``580-open``), None
+    where the repository has no module streams (RHEL 10, apt nodes)."""
+    if family(state.system) != "rhel":
+        return None
+    entry = catalog()["driver"]["rhel"]["module_stream"]
+    if rhel_major(state) not in entry["majors"]:
+        return None
+    return str(entry[modules(node)]).format(branch=node.driver.pinned_branch)
+
+
+def branch_lock(node: Node, state: NodeStateData) -> str | None:
+    """The versionlock glob NVIDIA documents where no module stream holds the branch (``*nvidia*580*``)."""
+    if family(state.system) != "rhel":
+        return None
+    entry = catalog()["driver"]["rhel"]["versionlock"]
+    if rhel_major(state) not in entry["majors"] or node.driver.version:
+        return None
+    return str(entry["glob"]).format(branch=node.driver.pinned_branch)
+
+
+def prerequisite_commands(state: NodeStateData) -> list[str]:
+    """EPEL (and CodeReady Builder, which EPEL needs) where DKMS comes from on RHEL-compatible nodes, until
+    ``epel-release`` is installed."""
+    if family(state.system) != "rhel":
+        return []
+    entry = catalog()["driver"]["rhel"]["prerequisites"]
+    if state.package(entry["package"]).version:
+        return []
+    kind = "rhel" if state.system.get("os_id") == "rhel" else "rebuild"
+    return [c.format(major=rhel_major(state)) for c in entry[kind]]
+
+
+def preparation_commands(node: Node, state: NodeStateData) -> list[str]:
+    """What must run before the driver packages install: prerequisite repositories, then the module stream."""
+    out = prerequisite_commands(state)
+    stream = module_stream(node, state)
+    if stream and f"stream={stream}\n" not in (state.file(MODULE_FILE).content or ""):
+        out.append(f"dnf module enable -y nvidia-driver:{stream}")
+    return out
+
+
+def branch_lock_commands(node: Node, state: NodeStateData) -> list[str]:
+    """After the install, the branch's versionlock glob, once (the mark line records that it was added)."""
+    glob = branch_lock(node, state)
+    if not glob or BRANCH_LOCK_MARK + glob in (state.file(VERSIONLOCK_LIST).content or ""):
+        return []
+    return [f"dnf versionlock add {shlex.quote(glob)}",
+            f"echo {shlex.quote(BRANCH_LOCK_MARK + glob)} >> {VERSIONLOCK_LIST}"]
 
 
 def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
@@ -120,7 +207,8 @@ def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     """Driver, Fabric Manager and missing kernel header packages."""
     fam = family(state.system)
     version = driver_version(node, fam)
-    out = [PackageWant(name, version, held=True) for name in driver_packages(node, state)]
+    out = [PackageWant(name, None if kernel_versioned(name) else version, held=True)
+           for name in driver_packages(node, state)]
     if fabric_manager(node) and fam:
         for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.pinned_branch):
             out.append(PackageWant(name, version, held=True))
@@ -140,8 +228,7 @@ def kernel_hold_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     if not node.driver.hold_kernel:
         return []
     templates = KERNEL_PACKAGES.get(state.package_manager or "", ())
-    kernel_flavour = flavour(str(state.system.get("kernel", "")))
-    return [PackageWant(t.format(flavour=kernel_flavour), held=True) for t in templates]
+    return [PackageWant(t.format(flavour=node_flavour(state)), held=True) for t in templates]
 
 
 def reboot_refused(node: Node, state: NodeStateData) -> str | None:
@@ -188,7 +275,8 @@ def _all_package_names(node: Node) -> set[str]:
     branch = node.driver.pinned_branch
     for entry in catalog()["driver"].values():
         for key in ("open", "proprietary", "fabric_manager"):
-            out.update(n for n in names(entry.get(key, []), branch=branch, flavour="") if not n.endswith("-"))
+            out.update(n for n in names(entry.get(key, []), branch=branch, flavour="", kernel="")
+                       if not n.endswith("-"))
     return out
 
 
@@ -198,8 +286,10 @@ def request(node: Node, cluster: Cluster) -> Request:
     if not node.has_gpus:
         return req
     req.packages |= _all_package_names(node)
-    req.files |= {BLACKLIST, commands.REBOOT_MARKER} | repos.repository_request("cuda").files
-    req.contents.add(commands.REBOOT_MARKER)
+    req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST} | repos.repository_request(
+        "cuda").files
+    req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST}
+    req.packages.add(catalog()["driver"]["rhel"]["prerequisites"]["package"])
     req.units |= {PERSISTENCED, FABRIC_MANAGER}
     return req
 
@@ -212,7 +302,7 @@ def loaded_version(state: NodeStateData) -> str | None:
 def installed_version(node: Node, state: NodeStateData) -> str | None:
     """The upstream version of the installed driver (``580.159.04`` from ``580.159.04-1``)."""
     for name in driver_packages(node, state):
-        version = state.package(name).version
+        version = None if kernel_versioned(name) else state.package(name).version
         if version:
             return version.split(":", 1)[-1].split("-", 1)[0]
     return None
@@ -277,8 +367,15 @@ def driver_stage() -> None:
     files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
     files.on_change(name="Rebuild the initramfs without nouveau", paths=[BLACKLIST],
                     command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
+    commands.guarded(name="Driver prerequisites and module stream",
+                     command=lambda s: " && ".join(preparation_commands(node, s)),
+                     needed=lambda s: "; ".join(preparation_commands(node, s)) or None, request=req,
+                     noop="driver prerequisites and module stream already in place")
     packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state),
                    lock_timeout=node.packages.lock_timeout)
+    commands.guarded(name="Driver branch versionlock", command=lambda s: " && ".join(branch_lock_commands(node, s)),
+                     needed=lambda s: "; ".join(branch_lock_commands(node, s)) or None, request=req,
+                     noop="no branch lock needed or already in place")
     if node.driver.reboot == "allowed":
         commands.guarded(name="Kernel guard before a reboot", command=lambda s: commands.fail_command(
                              f"not rebooting: {reboot_refused(node, s)}"),

@@ -30,6 +30,7 @@ from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.kubernetes import labels, membership, prerequisites
 from gpu_provision.operations.kubernetes import manifests as manifest_ops
 from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
+from gpu_provision.operations.packages import catalog
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -123,6 +124,16 @@ def repository_files(cluster: Cluster, state: NodeStateData) -> list[FileWant]:
     return repos.repository_files(REPO_ID, cluster.mirrors.kubernetes, state, k8s_minor=cluster.kubernetes.minor)
 
 
+def selinux_commands(state: NodeStateData) -> list[str]:
+    """On dnf nodes whose SELinux is enforcing: permissive now and from the next boot on, as "Installing kubeadm"
+    asks (packages.json ``kubernetes.selinux``, with its source); nothing once the file says otherwise."""
+    entry = catalog()["kubernetes"]["selinux"]
+    text = state.file(entry["file"]).content or ""
+    if state.package_manager != "dnf" or entry["enforcing"] not in text.splitlines():
+        return []
+    return [entry["command"]]
+
+
 def joined(node: Node, cluster: Cluster, state: NodeStateData) -> bool:
     """Whether kubeadm has made the node part of the cluster."""
     section = state.section("kubernetes")
@@ -147,9 +158,11 @@ def request(node: Node, cluster: Cluster) -> Request:
     empty = NodeStateData({})
     req = request_for([*package_wants(cluster), *prerequisite_files(), UnitWant("kubelet")])
     req = req.merge(repos.repository_request(REPO_ID))
-    req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF,
+    selinux = catalog()["kubernetes"]["selinux"]["file"]
+    req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF, selinux,
                                    *(f"/sys/module/{m}" for m in MODULES)},
-                            contents={prerequisites.FSTAB}, sysctls=set(SYSCTLS), sections={"system", "kubernetes"}))
+                            contents={prerequisites.FSTAB, selinux}, sysctls=set(SYSCTLS),
+                            sections={"system", "kubernetes"}))
     if is_first(node, cluster):
         cp_files: list[Want] = list(control_plane_files(node, cluster, empty))
         req = req.merge(request_for(cp_files))
@@ -208,6 +221,9 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     for module in MODULES:
         if not prerequisites.module_present(state, module):
             out.append(Difference("kernel-module", module, "loaded", "not loaded", NAME))
+    if selinux_commands(state):
+        out.append(Difference("selinux", catalog()["kubernetes"]["selinux"]["file"], "not enforcing", "enforcing",
+                              NAME))
     running = state.system.get("sysctls", {})
     for name, value in SYSCTLS.items():
         if running.get(name) != value:
@@ -236,6 +252,11 @@ def kubernetes() -> None:
     if not manages(cluster):
         return
     prerequisites.swap_off(name="Swap off, fstab swap entries commented out")
+    selinux = Request(files={catalog()["kubernetes"]["selinux"]["file"]},
+                      contents={catalog()["kubernetes"]["selinux"]["file"]})
+    commands.guarded(name="SELinux permissive for kubelet", command=lambda s: " && ".join(selinux_commands(s)),
+                     needed=lambda s: "; ".join(selinux_commands(s)) or None, request=selinux,
+                     noop="SELinux not enforcing (or not a dnf node)")
     files.wants(name="Kernel modules at boot and Kubernetes sysctls", wants=prerequisite_files())
     prerequisites.modules_loaded(name="Kernel modules overlay and br_netfilter loaded", modules=MODULES)
     prerequisites.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)

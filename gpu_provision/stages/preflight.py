@@ -148,6 +148,38 @@ def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return []
 
 
+def _minor(version: str | None) -> int | None:
+    """The minor number of a Kubernetes version (``36`` for ``v1.36.4`` or ``1.36.4-1.1``)."""
+    parts = (version or "").lstrip("v").split(":", 1)[-1].split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding]:
+    """Version skew the Kubernetes stage would create (``kubernetes.skew`` in packages.json, with its source):
+    kubelet newer than the API server or more minors older than the policy allows, or an installed kubelet moved
+    more than one minor at a time (or back)."""
+    if not cluster.kubernetes.enabled:
+        return []
+    skew = catalog()["kubernetes"]["skew"]
+    version = cluster.kubernetes.version
+    want = _minor(version)
+    if want is None:
+        return []
+    out = []
+    installed = state.package("kubelet").version
+    have = _minor(installed)
+    if have is not None and not 0 <= want - have <= skew["upgrade_minors"]:
+        out.append(Finding("kubernetes-skew", f"kubelet {installed} is installed and the file wants {version}: "
+                                              "kubeadm clusters move one minor at a time, forward only"))
+    api_version = (state.section("kubernetes").get("api") or {}).get("cluster_version")
+    api = _minor(api_version)
+    if api is not None and not 0 <= api - want <= skew["kubelet_older_minors"]:
+        out.append(Finding("kubernetes-skew", f"the control plane runs {api_version} and the file wants kubelet "
+                                              f"{version}: kubelet may not be newer than the API server nor more "
+                                              f"than {skew['kubelet_older_minors']} minors older"))
+    return out
+
+
 def _probe_findings(state: NodeStateData) -> list[Finding]:
     """Commands the probe gave up on (``ssh.probe_timeout``): the stages would otherwise act on readings that are
     missing, not negative (a package that is there but could not be asked about)."""
@@ -165,7 +197,8 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
     if late:
         return late
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
-           *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state)]
+           *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state),
+           *_kubernetes_findings(cluster, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "
                                       "reboot", fatal=False))
@@ -175,8 +208,11 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
 
 
 def request(node: Node, cluster: Cluster) -> Request:
-    """System, GPU and runtime sections (package availability, precompiled modules)."""
-    return Request(sections={"system", "gpu", "runtime"})
+    """System, GPU and runtime sections (package availability, precompiled modules); with Kubernetes, the
+    installed kubelet and the API's version (for the skew check)."""
+    if not cluster.kubernetes.enabled:
+        return Request(sections={"system", "gpu", "runtime"})
+    return Request(sections={"system", "gpu", "runtime", "kubernetes"}, packages={"kubelet"})
 
 
 def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:

@@ -119,13 +119,33 @@ def runtimes(node: Node, cluster: Cluster) -> tuple[str, ...]:
     return ("docker", "containerd") if kind == "docker" and cluster.kubernetes.enabled else (kind,)
 
 
+#: Docker's own packages, whose apt versions carry Docker's epoch and a distribution suffix.
+DOCKER_VERSIONED = ("docker-ce", "docker-ce-cli")
+
+
+def docker_package_version(version: str, state: NodeStateData) -> str:
+    """Docker's version as its repository spells it on this node: ``5:27.3.1-1~ubuntu.24.04~noble`` (apt) or
+    ``27.3.1`` (dnf, which takes a version without epoch); a full version string is kept as written."""
+    if ":" in version or "-" in version:
+        return version
+    template = catalog()["runtime"]["docker"]["versions"].get(state.package_manager or "", "{version}")
+    system = state.system
+    return str(template).format(version=version, os=system.get("os_id", ""), os_version=system.get("os_version", ""),
+                                codename=system.get("codename", ""))
+
+
 def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     """Docker or containerd packages from the chosen source, held when a version is pinned."""
     rt = node.container_runtime
     # With Docker, container_runtime.version is Docker's; containerd underneath follows Docker's dependencies.
     pinned = {"containerd.io", "containerd"} if rt.kind == "containerd" else {"docker-ce", "docker-ce-cli", "docker.io"}
-    return [PackageWant(name, rt.version if name in pinned else None, held=rt.version is not None and name in pinned)
-            for name in catalog()["runtime"][rt.kind][rt.docker_source]]
+    out = []
+    for name in catalog()["runtime"][rt.kind][rt.docker_source]:
+        version = rt.version if name in pinned else None
+        if version and name in DOCKER_VERSIONED:
+            version = docker_package_version(version, state)
+        out.append(PackageWant(name, version, held=rt.version is not None and name in pinned))
+    return out
 
 
 def containerd_files(state: NodeStateData) -> list[FileWant]:

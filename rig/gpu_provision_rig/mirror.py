@@ -5,7 +5,7 @@
 
 - ``cuda/debian12/x86_64/``: NVIDIA's CUDA repository for Debian 12 (driver, kernel modules, fabric manager, DCGM);
 - ``libnvidia-container/stable/deb/amd64/``: NVIDIA's container toolkit repository;
-- ``kubernetes/core:/stable:/v1.31/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
+- ``kubernetes/core:/stable:/v1.36/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
 
 Each is a flat repository (``deb [signed-by=KEY] URL/ /``) with ``Packages``, ``Packages.gz``, ``Release``,
 ``InRelease`` and ``Release.gpg``, signed with one key generated on the first build (no passphrase; the keyring
@@ -38,14 +38,14 @@ MIRROR_HOST_PACKAGES: tuple[str, ...] = (
 REPOS: dict[str, str] = {
     "cuda": "cuda/debian12/x86_64",
     "libnvidia-container": "libnvidia-container/stable/deb/amd64",
-    "kubernetes": "kubernetes/core:/stable:/v1.31/deb",
+    "kubernetes": "kubernetes/core:/stable:/v1.36/deb",
 }
 """Repository name (the ``standins/<name>/`` directory) -> path under the served root."""
 
 RELEASE_FIELDS: dict[str, dict[str, str]] = {
     "cuda": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
     "libnvidia-container": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA libnvidia-container"},
-    "kubernetes": {"Origin": "gpu-provision test rig", "Label": "stand-in for pkgs.k8s.io core stable v1.31"},
+    "kubernetes": {"Origin": "gpu-provision test rig", "Label": "stand-in for pkgs.k8s.io core stable v1.36"},
 }
 
 # Where the upstream install instructions fetch the repository key, relative to the served root.
@@ -53,7 +53,7 @@ KEY_COPIES: tuple[str, ...] = (
     "keys/gpu-provision-rig.asc",
     "cuda/debian12/x86_64/gpu-provision-rig.pub",
     "libnvidia-container/gpgkey",
-    "kubernetes/core:/stable:/v1.31/deb/Release.key",
+    "kubernetes/core:/stable:/v1.36/deb/Release.key",
 )
 KEY_UID = "gpu-provision test rig mirror <rig-mirror@gpu-provision.invalid>"
 # Bump when the index layout or Release fields change, so repositories are re-indexed.

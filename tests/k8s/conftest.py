@@ -14,14 +14,14 @@ from gpu_provision.spec.model import Cluster
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A second cluster that exercises what the example file does not: a registry mirror, the nvidia runtime not the
-#: default, MPS sharing, no MIG, Kubernetes 1.30 (kubeadm v1beta3), a scrape file and a team under the restricted
+#: default, MPS sharing, no MIG, Kubernetes 1.35 (the oldest supported minor), a scrape file and a team under the restricted
 #: Pod Security Standard.
 VARIANT = """\
 version: v1
 cluster:
   name: variant
   kubernetes:
-    version: "1.30.8"
+    version: "1.35.9"
     cni: calico
     control_plane_endpoint: api.lab.internal
     monitoring: {prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}

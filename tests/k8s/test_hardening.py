@@ -22,7 +22,7 @@ def namespace_labels(cluster: Cluster, team: int) -> dict[str, str]:
 def test_team_namespaces_enforce_baseline_by_default(example: Cluster) -> None:
     labels = namespace_labels(example, 0)
     assert {k: v for k, v in labels.items() if k.startswith(PSA)} == {
-        f"{PSA}/enforce": "baseline", f"{PSA}/enforce-version": "v1.31",
+        f"{PSA}/enforce": "baseline", f"{PSA}/enforce-version": "v1.36",
         f"{PSA}/audit": "baseline", f"{PSA}/audit-version": "latest",
         f"{PSA}/warn": "baseline", f"{PSA}/warn-version": "latest"}
     assert labels[teams.TEAM_LABEL] == "vision"
@@ -31,7 +31,7 @@ def test_team_namespaces_enforce_baseline_by_default(example: Cluster) -> None:
 def test_a_team_may_be_restricted(variant: Cluster) -> None:
     research, solo = namespace_labels(variant, 0), namespace_labels(variant, 1)
     assert research[f"{PSA}/enforce"] == research[f"{PSA}/audit"] == research[f"{PSA}/warn"] == "restricted"
-    assert research[f"{PSA}/enforce-version"] == "v1.30"
+    assert research[f"{PSA}/enforce-version"] == "v1.35"
     assert solo[f"{PSA}/enforce"] == "baseline"
 
 

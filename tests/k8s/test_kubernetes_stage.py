@@ -59,7 +59,7 @@ def test_wants(example: Cluster) -> None:
     state = NodeStateData({"system": SYSTEM, "packages": {"manager": "apt"}, "kubernetes": {}})
     wants = stage.wants(example.node("h200-01"), example, state)
     packages = {w.name: w for w in wants if isinstance(w, PackageWant)}
-    assert packages["kubeadm"] == PackageWant("kubeadm", "1.31.4", held=True)
+    assert packages["kubeadm"] == PackageWant("kubeadm", "1.36.4", held=True)
     assert packages["kubernetes-cni"] == PackageWant("kubernetes-cni", None, held=True)
     contents = {w.path: w.content for w in wants if isinstance(w, FileWant)}
     assert contents["/etc/modules-load.d/k8s.conf"] == "overlay\nbr_netfilter\n"
@@ -68,7 +68,7 @@ def test_wants(example: Cluster) -> None:
     assert "/etc/gpu-provision/kubernetes/teams.json" not in contents
     assert UnitWant("kubelet", enabled=True, running=None) in wants
     source = contents["/etc/apt/sources.list.d/kubernetes.sources"]
-    assert "https://pkgs.k8s.io/core:/stable:/v1.31/deb/" in source
+    assert "https://pkgs.k8s.io/core:/stable:/v1.36/deb/" in source
     cp = {w.path for w in stage.wants(example.node("cp-01"), example, state) if isinstance(w, FileWant)}
     assert {stage.INIT_CONFIG, "/etc/gpu-provision/kubernetes/device-plugin.json"} <= cp
 
@@ -89,7 +89,7 @@ def test_drift_on_a_worker(example: Cluster) -> None:
     raw["packages"]["packages"]["kubelet"] = {"version": "1.30.2-1.1", "held": True}
     raw["kubernetes"]["kubelet_conf"] = False
     assert all_differences(example, "h200-01", raw) == [
-        "package kubelet: expected 1.31.4, found 1.30.2-1.1",
+        "package kubelet: expected 1.36.4, found 1.30.2-1.1",
         "swap active: expected off, found /swapfile",
         "swap /etc/fstab: expected no active swap entries, found /swapfile none swap sw 0 0",
         "kernel-module br_netfilter: expected loaded, found not loaded",
@@ -111,8 +111,8 @@ def test_drift_seen_from_the_api(example: Cluster) -> None:
     del api["objects"]["LimitRange/nlp/default-limits"]
     api["objects"]["Namespace//old-team"] = "1" * 64
     assert all_differences(example, "cp-01", raw) == [
-        "k8s-version control plane: expected v1.31.4, found v1.30.2",
-        "kubelet-version h200-01: expected v1.31.4, found v1.30.2",
+        "k8s-version control plane: expected v1.36.4, found v1.30.2",
+        "kubelet-version h200-01: expected v1.36.4, found v1.30.2",
         "k8s-label h200-01 gpu-provision/mig-layout: expected g0-6.2x1g.18gb.1x2g.35gb.1x3g.71gb_g7.off, "
         "found absent",
         "k8s-node l40s-01: expected registered, found absent",

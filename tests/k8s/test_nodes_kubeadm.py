@@ -77,7 +77,7 @@ def test_init_configuration(example: Cluster) -> None:
         "name": "cp-01", "criSocket": "unix:///run/containerd/containerd.sock",
         "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]}
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.10", "bindPort": 6443}
-    assert config["kubernetesVersion"] == "v1.31.4"
+    assert config["kubernetesVersion"] == "v1.36.4"
     assert config["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
     assert config["controlPlaneEndpoint"] == "192.0.2.10:6443"
     assert config["imageRepository"] == "registry.k8s.io"
@@ -86,7 +86,7 @@ def test_init_configuration(example: Cluster) -> None:
 
 def test_init_configuration_of_the_variant(variant: Cluster) -> None:
     init, config, _ = kubeadm.init_configuration(variant, variant.node("cp-1"), "10.30.0.10")
-    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta3"
+    assert config["apiVersion"] == "kubeadm.k8s.io/v1beta4"
     assert config["controlPlaneEndpoint"] == "api.lab.internal:6443"
     assert config["imageRepository"] == "registry.internal:5000"
     assert init["nodeRegistration"]["taints"] == [

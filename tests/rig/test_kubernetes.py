@@ -1,7 +1,7 @@
 """The kubernetes stage over real SSH and pyinfra on rig nodes, against the stand-in Kubernetes packages.
 
 Three Debian 12 nodes: two control planes and a worker with two simulated H200s. The stage installs kubelet,
-kubeadm and kubectl 1.31.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init``, a token
+kubeadm and kubectl 1.36.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, runs ``kubeadm init``, a token
 join and a control-plane join with a certificate key,
 applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
 second run changes nothing; once logging in as root and once as the rig's sudo user (``ops``, passwordless sudo),
@@ -30,7 +30,7 @@ GPU = RigNode("k8s-gpu", "127.0.10.22", gpu_model="H200", gpu_count=2)
 CP2 = RigNode("k8s-cp2", "127.0.10.23")
 RIG_NODES = [CP, GPU, CP2]
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
+MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.36/deb/"
 KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
 TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 
@@ -48,7 +48,7 @@ cluster:
   name: rig-k8s
   ssh: {{user: {login}, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
   kubernetes:
-    version: "1.31.4"
+    version: "1.36.4"
     cni: flannel
     cni_manifest: {CNI}
     monitoring: {{prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}}
@@ -108,7 +108,7 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     versions = ssh(GPU, "dpkg-query -W -f '${Package}=${Version}\\n' kubelet kubeadm kubectl cri-tools "
                         "kubernetes-cni; apt-mark showhold")
     assert versions.stdout.split() == [
-        "cri-tools=1.31.1-1.1", "kubeadm=1.31.4-1.1", "kubectl=1.31.4-1.1", "kubelet=1.31.4-1.1",
+        "cri-tools=1.36.0-1.1", "kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1",
         "kubernetes-cni=1.5.1-1.1", "cri-tools", "kubeadm", "kubectl", "kubelet", "kubernetes-cni"], versions
     prereq = ssh(GPU, "cat /etc/modules-load.d/k8s.conf /etc/sysctl.d/99-kubernetes.conf; "
                       "sysctl -n net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables; "
@@ -131,7 +131,7 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     assert gpu_labels["nvidia.com/device-plugin.config"] == "time-slicing-2"
     assert gpu_labels["topology.kubernetes.io/zone"] == "rig"
     assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in by_name[GPU.name]["spec"]["taints"]
-    assert by_name[GPU.name]["status"]["nodeInfo"]["kubeletVersion"] == "v1.31.4"
+    assert by_name[GPU.name]["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.4"
 
     daemonsets = ssh(CP, f"{KUBECTL} get daemonsets -A -o name").stdout.split()
     assert sorted(daemonsets) == ["daemonset.apps/dcgm-exporter", "daemonset.apps/kube-flannel-ds",

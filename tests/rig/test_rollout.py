@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 RIG_NODE_SHAPES = [(None, 0), ("H200", 1), ("H200", 1), ("H200", 1), ("H200", 1)]
-K8S_MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.31/deb/"
+K8S_MIRROR = f"http://{BRIDGE_ADDRESS}:8080/kubernetes/core:/stable:/v1.36/deb/"
 CUDA_MIRROR = f"http://{BRIDGE_ADDRESS}:8080/cuda/{{distro}}/{{cuda_arch}}/"
 CNI = REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-standin.json"
 KUBECTL = "kubectl --kubeconfig=/etc/kubernetes/admin.conf"
@@ -60,7 +60,7 @@ def cluster_doc(rig: Any, nodes: list[RigNode], driver: str, layout: dict[str, i
         "cluster": {
             "name": "rig-rollout",
             "ssh": {"user": "root", "key": str(rig.paths.client_key), "known_hosts": str(rig.paths.known_hosts)},
-            "kubernetes": {"version": "1.31.4", "cni": "flannel", "cni_manifest": str(CNI)},
+            "kubernetes": {"version": "1.36.4", "cni": "flannel", "cni_manifest": str(CNI)},
             "mirrors": {"cuda": {"url": CUDA_MIRROR, "key_url": CUDA_MIRROR + "gpu-provision-rig.pub"},
                         "kubernetes": {"url": K8S_MIRROR, "key_url": K8S_MIRROR + "Release.key"},
                         "registry": "registry.rig.invalid:5000",

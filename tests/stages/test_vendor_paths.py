@@ -1,0 +1,146 @@
+"""Every install path rendered through the stages' own functions, against the vendors' facts.
+
+The table below is written from the vendors' documents (each row names its source), not from
+gpu_provision/data/packages.json: a wrong belief in the data file or the code shows up here as a missing fact.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_provision.spec import load_cluster
+from gpu_provision.stages import paths
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = load_cluster(str(ROOT / "inventory" / "cluster.yaml"))
+NODE = CLUSTER.node("h200-01")
+
+# (system name as in paths.SYSTEMS, choice index in paths.CHOICES, facts that must appear, facts that must not)
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/"
+EXPECTED: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
+    # NVIDIA's cuda-rhel9.repo: gpgkey .../rhel9/x86_64/D42D0685.pub, gpgcheck=1.
+    # NVIDIA Driver Installation Guide, Kernel Modules: RHEL 8/9 "dnf module enable nvidia-driver:580-open".
+    # NVIDIA Driver Installation Guide, Red Hat Enterprise Linux, Preparation: CRB and EPEL (DKMS).
+    ("RHEL 9, x86_64", 0,
+     (f"baseurl={CUDA}rhel9/x86_64/", f"gpgkey={CUDA}rhel9/x86_64/D42D0685.pub", "gpgcheck=1",
+      "codeready-builder-for-rhel-9-$(uname -m)-rpms", "epel-release-latest-9.noarch.rpm",
+      "dnf module enable -y nvidia-driver:580-open", "nvidia-open"),
+     ("3bf863cc",)),
+    # Kernel Modules, proprietary table: "dnf module enable nvidia-driver:580-dkms", "dnf install cuda-drivers".
+    ("AlmaLinux 9, x86_64", 1,
+     ("dnf config-manager --set-enabled crb", "dnf install -y epel-release",
+      "dnf module enable -y nvidia-driver:580-dkms", "cuda-drivers-580.95.05"), ("3bf863cc", "subscription-manager")),
+    # sbsa is the arm64 server directory of NVIDIA's repositories.
+    ("Rocky Linux 9, arm64 (sbsa)", 0, (f"{CUDA}rhel9/sbsa/D42D0685.pub",), ("aarch64/D42D0685",)),
+    # Kernel Modules, RHEL 10: no module streams; "dnf versionlock \*nvidia\*580\*".
+    ("Rocky Linux 10, x86_64", 0, (f"{CUDA}rhel10/x86_64/D42D0685.pub", "dnf versionlock add '*nvidia*580*'",
+                                   "epel-release"), ("dnf module enable",)),
+    # Debian: NVIDIA's cuda-keyring holds 3bf863cc; nvidia-open from the CUDA repository, apt preferences pin.
+    ("Debian 12, x86_64", 0, (f"URIs: {CUDA}debian12/x86_64/", "Pin: version 580.*", "nvidia-open=580.*"),
+     ("D42D0685",)),
+    ("Debian 13, arm64", 0, (f"URIs: {CUDA}debian13/sbsa/",), ()),
+    # Docker, Install a specific version: "5:<version>-1~ubuntu.24.04~noble".
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", 2,
+     ("'docker-ce=5:27.3.1-1~ubuntu.24.04~noble'", "'docker-ce-cli=5:27.3.1-1~ubuntu.24.04~noble'"),
+     ("docker-ce=27.3.1",)),
+    # Ubuntu Server docs, NVIDIA drivers installation: the signed modules of the running kernel
+    # (linux-modules-nvidia-<branch>-server-open-$(uname -r)) and the flavour's metapackage, which is versioned by
+    # kernel ABI (packages.ubuntu.com: linux-modules-nvidia-580-server-open-generic 6.8.0-45.45...), so it takes no
+    # driver version; the user space packages take the driver's.
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", 2,
+     (" linux-modules-nvidia-580-server-open-6.8.0-45-generic ", " linux-modules-nvidia-580-server-open-generic ",
+      "'nvidia-headless-no-dkms-580-server-open=580.95.05-*'", "'nvidia-utils-580-server=580.95.05-*'"),
+     ("linux-modules-nvidia-580-server-open-generic=",)),
+    # HWE kernel on 22.04 (GA is 5.15): the HWE metapackage track.
+    ("Ubuntu 22.04 HWE kernel, generic, x86_64", 2, ("linux-modules-nvidia-580-server-open-generic-hwe-22.04",), ()),
+    ("Ubuntu 22.04 GA kernel, generic, x86_64", 2, (" linux-modules-nvidia-580-server-open-generic ",), ("hwe",)),
+    # Kernel flavours as packages.ubuntu.com names them: lowlatency, nvidia, generic-64k, nvidia-64k.
+    ("Ubuntu 24.04 lowlatency, x86_64", 2, (" linux-modules-nvidia-580-server-open-lowlatency ",), ()),
+    ("Ubuntu 24.04 -nvidia kernel, x86_64", 2,
+     (" linux-modules-nvidia-580-server-open-nvidia ", "linux-modules-nvidia-580-server-open-6.8.0-1015-nvidia "),
+     ()),
+    ("Ubuntu 24.04 generic-64k, arm64", 2, (" linux-modules-nvidia-580-server-open-generic-64k ",), ("-open-64k",)),
+    ("Ubuntu 24.04 nvidia-64k, arm64", 2, (" linux-modules-nvidia-580-server-open-nvidia-64k ",), ("-open-64k ",)),
+    # Ubuntu Server docs: DKMS path without Secure Boot.
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", 0, ("nvidia-driver-580-server-open",), ("cuda.sources",)),
+    # Installing kubeadm: deb Release.key; rpm repodata/repomd.xml.key; SELinux permissive on Red Hat-based.
+    ("Debian 12, x86_64", 0, ("https://pkgs.k8s.io/core:/stable:/v1.36/deb/Release.key", "'kubeadm=1.36.4-*'",
+                              "apt-mark hold"), ("setenforce",)),
+    ("RHEL 9, x86_64", 0, ("gpgkey=https://pkgs.k8s.io/core:/stable:/v1.36/rpm/repodata/repomd.xml.key",
+                           "setenforce 0", "SELINUX=permissive", "kubeadm-1.36.4"), ("rpm/Release.key",)),
+    # Container Toolkit install guide: the four packages at the same version, NVIDIA's libnvidia-container repo.
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", 0,
+     ("https://nvidia.github.io/libnvidia-container/stable/deb/amd64/", "nvidia-container-toolkit=1.17.8-1",
+      "nvidia-container-toolkit-base=1.17.8-1", "libnvidia-container-tools=1.17.8-1",
+      "libnvidia-container1=1.17.8-1"), ()),
+    ("Rocky Linux 9, arm64 (sbsa)", 0,
+     ("https://nvidia.github.io/libnvidia-container/stable/rpm/aarch64/", "https://download.docker.com/linux/rhel/"
+      "$releasever/$basearch/stable"), ()),
+]
+
+
+def _rendered(system_name: str, choice: int) -> str:
+    manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == system_name)
+    return paths.render_path(NODE, CLUSTER, manager, system, paths.CHOICES[choice])
+
+
+@pytest.mark.parametrize(("system_name", "choice", "present", "absent"), EXPECTED,
+                         ids=[f"{row[0]}-{row[1]}" for row in EXPECTED])
+def test_path_holds_the_vendors_facts(system_name: str, choice: int, present: tuple[str, ...],
+                                      absent: tuple[str, ...]) -> None:
+    text = _rendered(system_name, choice)
+    assert [fact for fact in present if fact not in text] == []
+    assert [fact for fact in absent if fact in text] == []
+
+
+def test_rhel_prerequisites_come_before_the_module_stream_and_the_stream_before_the_install() -> None:
+    text = _rendered("RHEL 9, x86_64", 0)
+    order = [text.index(s) for s in ("epel-release-latest-9", "dnf module enable", "dnf install -y --allowerasing")]
+    assert order == sorted(order)
+
+
+def test_every_path_renders_and_the_page_is_current() -> None:
+    assert len(paths.paths()) == sum(3 if s["os_id"] == "ubuntu" else 2 for _, _, s in paths.SYSTEMS)
+    assert (ROOT / "docs" / "install-paths.md").read_text() == paths.render(CLUSTER)
+
+
+def test_a_second_run_on_a_converged_rhel_node_prepares_nothing() -> None:
+    from dataclasses import replace
+
+    from gpu_provision.stages import driver
+    from gpu_provision.state import NodeStateData
+
+    manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == "Rocky Linux 10, x86_64")
+    state = paths.state_for(manager, system)
+    assert driver.preparation_commands(NODE, state) and driver.branch_lock_commands(NODE, state)
+    raw = dict(state.raw)
+    raw["packages"] = {"manager": "dnf", "packages": {"epel-release": {"version": "10-2.el10", "held": False}}}
+    raw["files"] = {driver.VERSIONLOCK_LIST: {"exists": True, "type": "file",
+                                              "content": driver.BRANCH_LOCK_MARK + "*nvidia*580*\n"}}
+    done = NodeStateData(raw)
+    assert driver.preparation_commands(NODE, done) == [] and driver.branch_lock_commands(NODE, done) == []
+    nine = paths.state_for("dnf", next(s for n, _, s in paths.SYSTEMS if n == "RHEL 9, x86_64"))
+    raw9 = dict(nine.raw)
+    raw9["packages"] = raw["packages"]
+    raw9["files"] = {driver.MODULE_FILE: {"exists": True, "type": "file",
+                                          "content": "[nvidia-driver]\nname=nvidia-driver\nstream=580-open\n"}}
+    assert driver.preparation_commands(NODE, NodeStateData(raw9)) == []
+    assert driver.preparation_commands(replace(NODE, driver=replace(NODE.driver, kernel_modules="proprietary")),
+                                       NodeStateData(raw9)) == ["dnf module enable -y nvidia-driver:580-dkms"]
+
+
+def test_enforcing_selinux_on_a_dnf_node_is_a_kubernetes_difference_until_permissive() -> None:
+    from gpu_provision.stages import kubernetes
+    from gpu_provision.state import NodeStateData
+
+    manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == "RHEL 9, x86_64")
+    state = paths.state_for(manager, system)
+    assert paths.SELINUX_CONFIG in kubernetes.request(NODE, CLUSTER).contents
+    found = [d for d in kubernetes.extra_differences(NODE, CLUSTER, state) if d.kind == "selinux"]
+    assert [(d.expected, d.actual) for d in found] == [("not enforcing", "enforcing")]
+    raw = dict(state.raw)
+    raw["files"] = {paths.SELINUX_CONFIG: {"exists": True, "type": "file", "content": "SELINUX=permissive\n"}}
+    assert kubernetes.selinux_commands(NodeStateData(raw)) == []
+    assert not [d for d in kubernetes.extra_differences(NODE, CLUSTER, NodeStateData(raw)) if d.kind == "selinux"]
