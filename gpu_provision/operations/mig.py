@@ -9,9 +9,10 @@ their pids and names unless ``mig.allow_drain`` is set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import operation
 
 from gpu_provision.mig import install as agent_mig
@@ -23,6 +24,8 @@ from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData, Request
 
 REQUEST = Request(sections={"system", "mig"}, units=set(MODE_HOLDERS))
+#: What happens to a layout that waits for a reboot.
+UNIT_AT_BOOT = f"{agent_mig.UNIT_NAME} applies it at boot"
 
 
 def active_units(state: NodeStateData) -> set[str]:
@@ -51,11 +54,15 @@ def commands_for(node: Node, actions: list[Action]) -> list[str]:
 
 
 @operation()
-def layout(node: Node, request: Request | None = None) -> Any:
+def layout(node: Node, request: Request | None = None,
+           waits_for: Callable[[NodeStateData], str | None] | None = None) -> Any:
     """MIG mode, GPU instances and compute instances of every GPU of ``node`` as its layouts say.
 
     + node: the typed node (``node.mig.planned``: the layouts the resolve step planned)
     + request: extra probe request to merge (the stage's whole request, so one probe serves all)
+    + waits_for: takes the node's state, returns why the layout cannot be applied in this run (a driver reboot
+      pending: the new driver's library beside the old module fails every nvidia-smi call with "Driver/library
+      version mismatch"), or None; the boot unit applies the layout after that reboot
 
     The applier and the layout file must be installed first (``stages.mig`` does that). Yields nothing when every
     GPU already has its layout.
@@ -65,6 +72,12 @@ def layout(node: Node, request: Request | None = None) -> Any:
         mig.layout(name="MIG layout", node=node_for(host))
     """
     state = current_state(host, REQUEST.merge(request or Request()))
+    waiting = waits_for(state) if waits_for else None
+    if waiting:
+        host.log_styled(f"MIG layout waits for the reboot ({waiting}): {UNIT_AT_BOOT}", fg="yellow",
+                        log_func=logger.warning)
+        host.noop(f"MIG layout waits for the reboot: {waiting}")
+        return
     actions = node_actions(node, state)
     if not actions:
         host.noop(f"MIG layout of {len(node.mig.layouts)} GPU(s) already as wanted")

@@ -157,7 +157,9 @@ def mig_stage() -> None:
         if refused:
             target.log_styled(f"MIG apply may not reboot: {refused}", fg="yellow", log_func=logger.warning)
         guarded = reboot_guarded(node, state)
-        mig_ops.layout(name="MIG layout", node=guarded, request=req)
+        # The driver's readings too: a layout waits while the installed driver is not the loaded one.
+        mig_ops.layout(name="MIG layout", node=guarded, request=req.merge(driver.request(node, cluster)),
+                       waits_for=lambda s: driver.reboot_reason(node, s))
         commands.guarded(
             name="Finish an interrupted MIG apply (bring back what it took down)",
             command=agent_mig.apply_command(node, "apply"),

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import yaml
+from fakehost import FakeHost, run_op
 
 from gpu_provision import bundle
 from gpu_provision.desired import FileWant, UnitWant
@@ -19,6 +20,7 @@ from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec.migparted import node_config
+from gpu_provision.stages import driver
 from gpu_provision.stages import mig as stage
 from gpu_provision.state import NodeStateData
 
@@ -156,3 +158,20 @@ def test_interrupted_apply_is_finished_by_the_next_deploy() -> None:
     left = NodeStateData({"files": {RECORD_FILE: {"exists": True, "type": "file"}}})
     assert stage.interrupted_apply(left) == ("an interrupted MIG apply left units or kernel modules down "
                                              "(/var/lib/gpu-provision/mig-stopped.json)")
+
+
+def test_layout_waits_for_a_pending_driver_reboot() -> None:
+    """Seen on the rig: a driver change and a MIG change in one run, without the reboot between them, failed the MIG
+    step with "Driver/library version mismatch" (and so a rollout's whole change). The layout waits instead, and the
+    boot unit applies it after the reboot."""
+    raw = {"mig": snapshot(False)}
+    waits = lambda s: driver.reboot_reason(H200, s)  # noqa: E731
+    with_reboot = FakeHost(raw, executing=True)
+    assert run_op(mig_ops.layout, with_reboot, H200,
+                  waits_for=lambda s: "driver 580.159.04 is loaded, 580.126.09 is installed") == []
+    assert with_reboot.noops == ["MIG layout waits for the reboot: driver 580.159.04 is loaded, 580.126.09 is installed"]
+    assert agent_mig.UNIT_NAME in with_reboot.logs[0]
+    no_reboot = FakeHost(raw, executing=True)
+    assert run_op(mig_ops.layout, no_reboot, H200, waits_for=waits) == mig_ops.commands_for(
+        H200, mig_ops.node_actions(H200, NodeStateData(raw)))
+    assert no_reboot.noops == []
