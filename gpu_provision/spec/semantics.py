@@ -425,8 +425,8 @@ _RESERVED_SUBJECT = "system:"
 
 def _team_subjects(ctx: Context, t_index: int) -> None:
     # A team's RoleBinding grants its namespace: a 'system:' group (system:authenticated, system:masters) or user
-    # would hand it to everyone or to the cluster's own components, a wildcard to anyone it matches, and another
-    # namespace's service account (system:serviceaccount:NS:NAME) to a workload outside the team.
+    # would hand it to everyone or to the cluster's own components, and another namespace's service account
+    # (system:serviceaccount:NS:NAME) to a workload outside the team. Wildcards ('*') are refused by the schema.
     raw = ctx.document["cluster"]["kubernetes"]["teams"][t_index]
     for key in ("users", "groups"):
         for s_index, name in enumerate(raw.get(key) or ()):
@@ -435,5 +435,3 @@ def _team_subjects(ctx: Context, t_index: int) -> None:
                 hint = "; a service account of the team's namespace goes in service_accounts" if key == "users" else ""
                 ctx.add(where, f"'{name}' is a Kubernetes system {key[:-1]}, which a team cannot be bound as "
                                f"(allowed: the team's own {key}{hint})")
-            elif "*" in name:
-                ctx.add(where, f"'{name}' is a wildcard (allowed: the team's own {key}, each by name)")
