@@ -69,11 +69,12 @@ def _paths(cluster: Cluster, ctx: Context) -> None:
 def _ssh_files(cluster: Cluster, ctx: Context) -> None:
     """SSH key and known_hosts files come from the allowed directories; one that exists is a regular file within the
     size limit. A missing one is left to the SSH connection to report: a test rig writes its key when it starts."""
-    given: list[tuple[Path, str]] = [(("cluster", "ssh", key), getattr(cluster.ssh, key))
+    given: list[tuple[Path, str | None]] = [(("cluster", "ssh", key), getattr(cluster.ssh, key))
                                      for key in ("key", "known_hosts") if key in (ctx.document["cluster"].get("ssh") or {})]
-    given += [(("nodes", i, "ssh", "key"), node.ssh.key) for i, node in enumerate(cluster.nodes)
-              if "key" in (ctx.document["nodes"][i].get("ssh") or {})]
-    for where, path in given:
+    # A node's key may come from its own entry, its group or the defaults; each place is checked once.
+    given += [(origin(ctx.provenance.get(i, {}), i, ("ssh", "key")), node.ssh.key)
+              for i, node in enumerate(cluster.nodes) if node.ssh.key != cluster.ssh.key]
+    for where, path in dict(given).items():
         if not path:
             continue
         problem = nodepaths.outside_problem(path, ctx.base_dir, list(cluster.controller_dirs))
@@ -282,7 +283,7 @@ def _gpu_settings_without_model(ctx: Context, index: int, node: Node) -> None:
     provenance = ctx.provenance.get(index, {})
     for rel in sorted(provenance):
         if rel[0] in _GPU_SETTINGS and rel[:2] not in _NOT_GPU_SETTINGS and provenance[rel][0] != "defaults":
-            ctx.add_node(index, rel[:2], f"{'.'.join(rel[:2])} is given on a node that names no GPU model "
+            ctx.add_node(index, rel[:2], f"{'.'.join(map(str, rel[:2]))} is given on a node that names no GPU model "
                                           "(allowed: set gpus.model and gpus.count, or leave it out)")
             return
 

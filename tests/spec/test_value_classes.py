@@ -225,3 +225,11 @@ def test_team_service_accounts_are_bound_in_the_teams_namespace(tmp_path: Path) 
                     "nodes:\n  - {name: cp, address: 10.0.0.1, role: control-plane}\n")
     team = load_cluster(path).kubernetes.teams[0]
     assert teams.subjects(team)[-1] == {"kind": "ServiceAccount", "name": "trainer", "namespace": "ml-ns"}
+
+
+def test_a_groups_ssh_key_outside_the_allowed_directories_is_refused(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text = HEAD.replace("nodes:\n", "groups:\n  g: {ssh: {key: /etc/ssh/ssh_host_ed25519_key}}\nnodes:\n") + \
+        "    group: g\n"
+    lines = _refused(tmp_path, text, capsys)
+    assert any("$.groups.g.ssh.key" in line and "outside the directories" in line for line in lines), lines
