@@ -17,6 +17,7 @@ it with ``strict_host_key_checking: false`` only when the ssh-config says ``Stri
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -107,6 +108,11 @@ def cluster_document(hosts: list[VagrantHost], name: str = "vagrant", gpu_model:
             node["gpus"] = {"model": gpu_model, "count": gpus}
         nodes.append(node)
     cluster: dict[str, object] = {"name": name, "ssh": ssh}
+    # Vagrant keeps each machine's key under .vagrant/; a cluster file reads controller files only from its own
+    # directory and the ones it names.
+    key_dirs = sorted({os.path.dirname(h.identity_file) for h in hosts if h.identity_file})
+    if key_dirs:
+        cluster["controller_dirs"] = key_dirs
     if not kubernetes:
         cluster["kubernetes"] = {"enabled": False}
     return {"version": "v1", "cluster": cluster, "nodes": nodes}

@@ -64,9 +64,10 @@ def quota(team: Team) -> Obj:
 
 
 def subjects(team: Team) -> list[dict[str, str]]:
-    """The users and groups bound to the team's role."""
+    """The users, groups and service accounts (of the team's own namespace) bound to the team's role."""
     out = [{"kind": "User", "name": u, "apiGroup": "rbac.authorization.k8s.io"} for u in team.users]
     out += [{"kind": "Group", "name": g, "apiGroup": "rbac.authorization.k8s.io"} for g in team.groups]
+    out += [{"kind": "ServiceAccount", "name": a, "namespace": team.namespace} for a in team.service_accounts]
     return out
 
 

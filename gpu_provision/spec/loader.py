@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from gpu_provision.errors import GpuProvisionError, SpecError, SpecProblem
 from gpu_provision.node.mig import migparted as node_migparted
-from gpu_provision.spec import catalog, migparted, yamlsafe
+from gpu_provision.spec import catalog, migparted, nodepaths, yamlsafe
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.model import (
     Cluster,
@@ -180,14 +180,16 @@ def _text(value: Any) -> str:
 def _path(ctx: Context, value: str | None) -> str | None:
     if value is None:
         return None
+    # Normalised with symbolic links resolved: the path checked against the allowed directories is the one read.
     expanded = FsPath(os.path.expanduser(value))
-    return str(expanded if expanded.is_absolute() else (ctx.base_dir / expanded))
+    return os.path.realpath(expanded if expanded.is_absolute() else (ctx.base_dir / expanded))
 
 
 def _kubernetes(raw: dict[str, Any]) -> Kubernetes:
     teams = tuple(
         Team(**{**t, "namespace": t.get("namespace", t["name"]), "mig": dict(t.get("mig") or {}),
-                "users": tuple(t.get("users") or ()), "groups": tuple(t.get("groups") or ())})
+                "users": tuple(t.get("users") or ()), "groups": tuple(t.get("groups") or ()),
+                "service_accounts": tuple(t.get("service_accounts") or ())})
         for t in raw.get("teams") or ()
     )
     settings = {k: v for k, v in raw.items() if k not in ("teams", "monitoring", "verification")}
@@ -219,6 +221,10 @@ def _load_mig_parted(ctx: Context) -> None:
     except SpecError as exc:
         ctx.add(where, f"{exc.problems[0].message}: {path}")
         return
+    outside = nodepaths.outside_problem(str(path), ctx.base_dir, _allowed_dirs(ctx))
+    if outside:
+        ctx.add(where, outside)
+        return
     try:
         doc, _ = load_yaml(data, str(path), fast=ctx.fast)
     except SpecError as exc:
@@ -229,6 +235,11 @@ def _load_mig_parted(ctx: Context) -> None:
         ctx.add(where, f"{path}: {format_path(sub)}: {message}")
     if not problems:
         ctx.mig_parted = doc
+
+
+def _allowed_dirs(ctx: Context) -> list[str]:
+    """The directories a controller file may come from besides the cluster file's (``cluster.controller_dirs``)."""
+    return [_path(ctx, d) or "" for d in ctx.document["cluster"].get("controller_dirs") or ()]
 
 
 def _not_mig_parted(document: Any, positions: Positions, filename: str) -> None:
@@ -306,6 +317,7 @@ def _load(data: bytes, filename: str, *, fast: bool) -> Cluster:
         nodes=tuple(nodes),
         mig_parted_file=cluster_raw.get("mig_parted_file"),
         rollout=_rollout(cluster_raw.get("rollout") or {}),
+        controller_dirs=tuple(_allowed_dirs(ctx)),
     )
     check(cluster, ctx)
     if ctx.problems:

@@ -76,6 +76,8 @@ class Team:
     mig: dict[str, int] = field(default_factory=dict)
     users: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    #: Service accounts of the team's own namespace bound to its role, by name.
+    service_accounts: tuple[str, ...] = ()
     #: Pod Security Standard of the namespace; None: the cluster's (``Kubernetes.pod_security``).
     pod_security: PodSecurityLevel | None = None
 
@@ -358,6 +360,8 @@ class Cluster:
     #: The mig-parted ``version: v1`` document the file refers to, if any (kept for export).
     mig_parted_file: str | None = None
     rollout: Rollout = field(default_factory=Rollout)
+    #: Directories (absolute, symbolic links resolved) besides the file's own that controller files may come from.
+    controller_dirs: tuple[str, ...] = ()
 
     def node(self, name: str) -> Node:
         """The node called ``name``; KeyError if there is none."""

@@ -45,6 +45,21 @@ def is_url(text: str) -> bool:
     return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
 
 
+def outside_problem(path: str, base_dir: os.PathLike[str] | str, allowed: list[str]) -> str | None:
+    """Why ``path`` (a controller file a setting names) may not be read, None when it lies, symbolic links resolved,
+    under the cluster file's directory ``base_dir`` or one of ``allowed`` (``cluster.controller_dirs``).
+
+    Without this ``cni_manifest: /etc/shadow`` would copy the controller's password file to a node and apply it.
+    """
+    real = os.path.realpath(path)
+    dirs = [os.path.realpath(base_dir), *(os.path.realpath(d) for d in allowed)]
+    if any(real == d or real.startswith(d.rstrip("/") + "/") for d in dirs):
+        return None
+    shown = f"{path} (resolved: {real})" if real != os.path.normpath(path) else path
+    return (f"{shown} is outside the directories controller files may come from (allowed: a file under "
+            f"{' or '.join(dirs)}; name other directories in cluster.controller_dirs)")
+
+
 def controller_file(path: str | os.PathLike[str], what: str) -> bytes:
     """The bytes of a file the cluster file names on the controller, read boundedly.
 

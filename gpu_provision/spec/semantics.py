@@ -21,6 +21,7 @@ from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.resolve import mig_strategy_for, origin
 from gpu_provision.spec.schema import trap
+from gpu_provision.spec.yamlsafe import Path
 
 
 def check(cluster: Cluster, ctx: Context) -> None:
@@ -33,6 +34,7 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _mig(ctx, index, node, model)
         _sharing(ctx, index, node)
         _vgpu(ctx, index, node, model)
+        _gpu_settings_without_model(ctx, index, node)
         _vgpu_driver(ctx, index, node)
         _permissions(ctx, index, node)
         _yaml_numbers(ctx, index, node)
@@ -53,10 +55,36 @@ def _paths(cluster: Cluster, ctx: Context) -> None:
     manifest = k8s.cni_manifest
     if manifest and not nodepaths.is_url(manifest):
         path = ctx.base_dir / os.path.expanduser(manifest)
+        where: Path = ("cluster", "kubernetes", "cni_manifest")
         try:
             nodepaths.controller_file(path, "CNI manifest")
+            problem = nodepaths.outside_problem(str(path), ctx.base_dir, list(cluster.controller_dirs))
         except ValueError as exc:
-            ctx.add(("cluster", "kubernetes", "cni_manifest"), str(exc))
+            problem = str(exc)
+        if problem:
+            ctx.add(where, problem)
+    _ssh_files(cluster, ctx)
+
+
+def _ssh_files(cluster: Cluster, ctx: Context) -> None:
+    """SSH key and known_hosts files come from the allowed directories; one that exists is a regular file within the
+    size limit. A missing one is left to the SSH connection to report: a test rig writes its key when it starts."""
+    given: list[tuple[Path, str | None]] = [(("cluster", "ssh", key), getattr(cluster.ssh, key))
+                                     for key in ("key", "known_hosts") if key in (ctx.document["cluster"].get("ssh") or {})]
+    # A node's key may come from its own entry, its group or the defaults; each place is checked once.
+    given += [(origin(ctx.provenance.get(i, {}), i, ("ssh", "key")), node.ssh.key)
+              for i, node in enumerate(cluster.nodes) if node.ssh.key != cluster.ssh.key]
+    for where, path in dict(given).items():
+        if not path:
+            continue
+        problem = nodepaths.outside_problem(path, ctx.base_dir, list(cluster.controller_dirs))
+        if problem is None and os.path.lexists(path):
+            try:
+                nodepaths.controller_file(path, "SSH file")
+            except ValueError as exc:
+                problem = str(exc)
+        if problem:
+            ctx.add(where, problem)
 
 
 def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
@@ -76,8 +104,11 @@ def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
         if "key_file" in raw and repo.key_file:
             try:
                 keyfile.read_key(repo.key_file)
+                problem = nodepaths.outside_problem(repo.key_file, ctx.base_dir, list(cluster.controller_dirs))
             except keyfile.KeyFileError as exc:
-                ctx.add((*where, "key_file"), str(exc))
+                problem = str(exc)
+            if problem:
+                ctx.add((*where, "key_file"), problem)
 
 
 #: An RFC 1123 host name: dot-separated labels of letters, digits and '-', none starting or ending with '-'.
@@ -94,14 +125,21 @@ def canonical_address(address: str) -> str | None:
     try:
         return ipaddress.ip_address(address).compressed
     except ValueError:
-        return address.lower().rstrip(".") if _HOST_NAME.match(address) else None
+        pass
+    # RFC 1123 section 2.1: a dotted host name's last label is never all digits, so '999.1.1.1' or '10.1' (which
+    # inet_aton reads as 10.0.0.1) is a malformed address, not a name.
+    labels = address.rstrip(".").split(".")
+    if not _HOST_NAME.match(address) or (len(labels) > 1 and labels[-1].isdigit()):
+        return None
+    return address.lower().rstrip(".")
 
 
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
     for index, node in enumerate(cluster.nodes):
         if canonical_address(node.address) is None:
             ctx.add(("nodes", index, "address"), f"{node.address!r} is not an IP address or a host name (allowed: an "
-                                                 "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab')")
+                                                 "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' "
+                                                 "whose last label is not all digits)")
     for attr, key in (("name", str), ("address", canonical_address)):
         counts = Counter(key(getattr(n, attr)) for n in cluster.nodes)
         first: dict[str, int] = {}
@@ -231,6 +269,25 @@ def _vgpu(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) 
                                      f"(allowed: {', '.join(model.vgpu_types)})")
 
 
+#: Settings that mean something only for a node's GPUs (sharing's own check is :func:`_sharing`).
+_GPU_SETTINGS = ("mig", "vgpu")
+_NOT_GPU_SETTINGS = (("mig", "allow_drain"), ("mig", "allow_module_unload"))
+
+
+def _gpu_settings_without_model(ctx: Context, index: int, node: Node) -> None:
+    # A MIG layout or vGPU type on a node naming no GPU model would be dropped without a word (the node has no GPU
+    # to give it to). Inherited from defaults they are meant for the GPU nodes and pass; sharing has its own check
+    # (:func:`_sharing`).
+    if node.gpus.model:
+        return
+    provenance = ctx.provenance.get(index, {})
+    for rel in sorted(provenance):
+        if rel[0] in _GPU_SETTINGS and rel[:2] not in _NOT_GPU_SETTINGS and provenance[rel][0] != "defaults":
+            ctx.add_node(index, rel[:2], f"{'.'.join(map(str, rel[:2]))} is given on a node that names no GPU model "
+                                          "(allowed: set gpus.model and gpus.count, or leave it out)")
+            return
+
+
 def _vgpu_driver(ctx: Context, index: int, node: Node) -> None:
     # vGPU types exist only under NVIDIA's vGPU Manager (host driver), sold through the NVIDIA Licensing Portal; the
     # repositories' data-center driver creates no vGPU types, so the deploy can only check a driver installed already.
@@ -273,7 +330,7 @@ def _network(ctx: Context, key: str, cidr: str) -> ipaddress.IPv4Network | ipadd
         return ipaddress.ip_network(cidr, strict=False)
     except ValueError as exc:
         ctx.add(("cluster", "kubernetes", key), f"'{cidr}' is not a valid CIDR: {exc} "
-                                               "(allowed: an IPv4 CIDR such as '10.244.0.0/16')")
+                                               "(allowed: an IPv4 or IPv6 CIDR such as '10.244.0.0/16')")
         return None
 
 
@@ -288,8 +345,14 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
         ctx.add(("cluster", "kubernetes", "version"), f"Kubernetes {k8s.version} is not supported "
                                                       f"(allowed: {', '.join(v + '.x' for v in KUBERNETES_MINORS)})")
     pods, services = _network(ctx, "pod_cidr", k8s.pod_cidr), _network(ctx, "service_cidr", k8s.service_cidr)
-    if pods and services and pods.overlaps(services):
+    if pods and services and pods.version != services.version:
+        ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} is IPv{services.version}, the "
+                                                           f"pod CIDR {pods} IPv{pods.version} (allowed: one address "
+                                                           "family; dual-stack is not supported)")
+    elif pods and services and pods.overlaps(services):
         ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} overlaps the pod CIDR {pods}")
+    if pods:
+        _address_families(cluster, ctx, pods.version)
     for index, node in enumerate(cluster.nodes):
         version = node.container_runtime.version
         # Kubernetes 1.26 removed CRI v1alpha2; containerd 1.6 is the oldest release serving CRI v1.
@@ -307,6 +370,7 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
         if names[team.name] > 1:
             ctx.add(("cluster", "kubernetes", "teams", t_index, "name"), f"duplicate team name '{team.name}'")
         _team_namespace(ctx, t_index, team.namespace)
+        _team_subjects(ctx, t_index)
         for profile in team.mig:
             if profile not in profiles:
                 ctx.add(("cluster", "kubernetes", "teams", t_index, "mig", profile),
@@ -323,3 +387,52 @@ def _team_namespace(ctx: Context, t_index: int, namespace: str) -> None:
     what = f"team namespace '{namespace}'" + ("" if written else " (the team name)")
     ctx.add(("cluster", "kubernetes", "teams", t_index, where),
             f"{what} cannot hold a team: {why} (allowed: {namespaces.ALLOWED})")
+
+
+def _ip_version(host: str) -> int | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).version
+    except ValueError:
+        return None
+
+
+def _endpoint_host(endpoint: str) -> str:
+    """The host of ``host``, ``host:port``, ``v6`` or ``[v6]:port``."""
+    if endpoint.startswith("["):
+        return endpoint[1:].partition("]")[0]
+    return endpoint if _ip_version(endpoint) == 6 else endpoint.rpartition(":")[0] or endpoint
+
+
+def _address_families(cluster: Cluster, ctx: Context, family: int) -> None:
+    # kubeadm's single-stack cluster takes one address family for the API endpoint, the addresses control planes
+    # advertise and the pod and service subnets; dual-stack (two subnets each) cannot be stated.
+    want = f"an IPv{family} address like the pod and service CIDRs (dual-stack is not supported)"
+    endpoint = cluster.kubernetes.control_plane_endpoint
+    if endpoint and _ip_version(_endpoint_host(endpoint)) not in (None, family):
+        ctx.add(("cluster", "kubernetes", "control_plane_endpoint"),
+                f"'{endpoint}' is an IPv{_ip_version(_endpoint_host(endpoint))} endpoint in an IPv{family} cluster "
+                f"(allowed: {want}, or a host name)")
+    for index, node in enumerate(cluster.nodes):
+        version = _ip_version(node.address)
+        if node.role == "control-plane" and version not in (None, family) \
+                and not ipaddress.ip_address(node.address).is_loopback:
+            ctx.add(("nodes", index, "address"), f"control plane {node.name} would advertise the IPv{version} "
+                                                 f"address {node.address} in an IPv{family} cluster (allowed: {want})")
+
+
+#: Subjects no team may be bound as: every user of the cluster, its administrators, the nodes and controllers.
+_RESERVED_SUBJECT = "system:"
+
+
+def _team_subjects(ctx: Context, t_index: int) -> None:
+    # A team's RoleBinding grants its namespace: a 'system:' group (system:authenticated, system:masters) or user
+    # would hand it to everyone or to the cluster's own components, and another namespace's service account
+    # (system:serviceaccount:NS:NAME) to a workload outside the team. Wildcards ('*') are refused by the schema.
+    raw = ctx.document["cluster"]["kubernetes"]["teams"][t_index]
+    for key in ("users", "groups"):
+        for s_index, name in enumerate(raw.get(key) or ()):
+            where = ("cluster", "kubernetes", "teams", t_index, key, s_index)
+            if name.lower().startswith(_RESERVED_SUBJECT):
+                hint = "; a service account of the team's namespace goes in service_accounts" if key == "users" else ""
+                ctx.add(where, f"'{name}' is a Kubernetes system {key[:-1]}, which a team cannot be bound as "
+                               f"(allowed: the team's own {key}{hint})")

@@ -53,9 +53,26 @@ def _e(desc: str, values: list[str], **kw: Any) -> dict[str, Any]:
     return {"description": desc, "enum": values, **kw}
 
 
-_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"
-_CIDR = r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$"
-_NAME = r"^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$"
+_VERSION = r"^[0-9]{1,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$"
+#: An IPv4 or IPv6 CIDR (one address family: kubeadm's single-stack cluster), parsed again by the checks of meaning.
+_CIDR = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9A-Fa-f:]{2,39}/[0-9]{1,3})$"
+# Kubernetes' name grammar, from "Object Names and IDs" and "Labels and Selectors"
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/ and .../labels/#syntax-and-character-set):
+# a DNS label is at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit; a DNS
+# subdomain is dot-separated DNS labels, at most 253 in all; a label key (also an annotation and a taint key) is a
+# name of at most 63 letters, digits, '-', '_' and '.' starting and ending with a letter or digit, optionally after
+# a DNS-subdomain prefix and '/'; a label value is such a name or empty, at most 63.
+_DNS_LABEL_PART = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_DNS_SUBDOMAIN_PART = rf"{_DNS_LABEL_PART}(\.{_DNS_LABEL_PART})*"
+_QUALIFIED_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY_PART = rf"((?=[^/]{{1,253}}/){_DNS_SUBDOMAIN_PART}/)?{_QUALIFIED_PART}"
+_LABEL_VALUE_PART = rf"({_QUALIFIED_PART})?"
+#: Names that are also Kubernetes names (a node's, a cluster's): a DNS subdomain of at most 63 characters.
+_NAME = rf"^(?=.{{1,63}}$){_DNS_SUBDOMAIN_PART}$"
+#: A namespace's name (a team's, which is its namespace's by default): a DNS label.
+_DNS_LABEL = rf"^{_DNS_LABEL_PART}$"
+LABEL_KEY = rf"^{_LABEL_KEY_PART}$"
+LABEL_VALUE = rf"^{_LABEL_VALUE_PART}$"
 _PROFILE = r"^[0-9]+g\.[0-9]+gb(\+me|\+me\.all|\+gfx|-me)?$"
 #: Values that reach a node's apt or yum configuration: whole-value patterns without whitespace or control
 #: characters, so a value cannot add a line (``gpgcheck=0``) to a file there.
@@ -67,20 +84,41 @@ _MANIFEST = r"^(https?://[^\x00-\x20\x7f]+|(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-
 _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
-_TAINT = r"^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$"
-#: An image reference: ``[registry[:port]/]path[:tag][@sha256:<64 hex digits>]`` (distribution/reference's grammar,
-#: the digest limited to sha256, the one algorithm registries serve). A digest pins the image's content; a tag can be
-#: moved to other content. Written for both Python's ``re`` and JSON Schema (ECMA-262) patterns.
-IMAGE_REFERENCE = (r"^([A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?/)?"
-                   r"[a-z0-9]+([._-]+[a-z0-9]+)*(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+_TAINT = rf"^{_LABEL_KEY_PART}(={_LABEL_VALUE_PART})?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+#: A GPU index in one spelling: '7', never '07' (two spellings of one GPU would let the second silently win).
+_GPU_INDEX = r"^(0|[1-9][0-9]?)$"
+#: A package version to pin: an optional epoch, then a version starting with a digit (Debian policy 5.6.12; rpm
+#: versions are a subset), so it cannot start with '-' or hold spaces or shell characters.
+_PACKAGE_VERSION = r"^([0-9]{1,4}:)?[0-9][A-Za-z0-9.+~_-]{0,63}$"
+#: A Kubernetes user or group name as an authenticator reports it: letters, digits and ``. _ @ : + = -`` (e-mail
+#: addresses, OIDC prefixes), starting with a letter or digit; no spaces, control or invisible characters.
+_SUBJECT = r"^[A-Za-z0-9][A-Za-z0-9._@:+=-]{0,252}$"
+#: An image reference: ``[registry[:port]/]path[:tag][@sha256:<64 hex digits>]``, the grammar of
+#: distribution/reference (https://github.com/distribution/reference/blob/v0.5.0/reference.go, lines 4-26:
+#: ``reference := name [":" tag] ["@" digest]``, ``domain-component := /([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*
+#: [a-zA-Z0-9])/``, ``path-component := alpha-numeric [separator alpha-numeric]*``, ``separator := /[_.]|__|[-]*/``,
+#: ``tag := /[\w][\w.-]{0,127}/``), the digest limited to sha256, the one algorithm registries serve. Every part
+#: starts with a letter or digit, so a reference never reads as a command-line option. A digest pins the image's
+#: content; a tag can be moved to other content. Written for both Python's ``re`` and JSON Schema (ECMA-262).
+IMAGE_REFERENCE = (r"^([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?/)?"
+                   r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
                    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
 IMAGE_REFERENCE_FORM = ("an image reference such as 'python:3.12-slim' or 'registry.internal:5000/python@sha256:' "
                         "followed by 64 hex digits")
 #: Plain words for each pattern, quoted by error messages ("allowed: ...") and the reference page.
 FORMS: dict[str, str] = {
     _VERSION: "a version such as '12.4' or '1.17.8' (quote it in YAML)",
-    _CIDR: "an IPv4 CIDR such as '10.244.0.0/16'",
-    _NAME: "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63",
+    _CIDR: "an IPv4 CIDR such as '10.244.0.0/16' or an IPv6 CIDR such as 'fd00:10:244::/56'",
+    _NAME: "lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or "
+           "digit, at most 63",
+    _DNS_LABEL: "lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63",
+    LABEL_KEY: "a Kubernetes label key: an optional DNS-subdomain prefix and '/', then at most 63 letters, digits, "
+               "'-', '_' and '.' starting and ending with a letter or digit",
+    LABEL_VALUE: "empty, or at most 63 letters, digits, '-', '_' and '.' starting and ending with a letter or digit",
+    _GPU_INDEX: "a GPU index such as '0' or '7', without leading zeros",
+    _PACKAGE_VERSION: "a package version such as '1.7.27-1' or '2.0.5-1', starting with a digit",
+    _SUBJECT: "a user or group name of letters, digits and '.', '_', '@', ':', '+', '=', '-', starting with a letter "
+              "or digit",
     _PROFILE: "a MIG profile name such as '1g.18gb', '1g.18gb+me', '1g.24gb+me.all', '1g.24gb+gfx' or '1g.24gb-me'",
     r"^[0-9]{3}$": "a three-digit driver branch such as '580'",
     r"^[0-9]{3}\.[0-9]{2,3}(\.[0-9]{2})?$": "a driver version such as '580.159.04'",
@@ -89,9 +127,9 @@ FORMS: dict[str, str] = {
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
     r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.36.4'",
-    _TAINT: "key[=value]:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute",
+    _TAINT: "key[=value]:Effect with a Kubernetes label key and value and Effect NoSchedule, PreferNoSchedule or "
+            "NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
-    "^[0-9]{1,2}$": "a GPU index such as '0'",
     _URL: "an http:// or https:// URL without spaces or control characters",
     _LOCAL_PATH: "a file path on the controller, relative to the cluster file or absolute, not a URL",
     _MANIFEST: "an http:// or https:// URL, or a file path on the controller (relative to the cluster file or "
@@ -117,7 +155,8 @@ def _repository(name: str) -> dict[str, Any]:
                              "installs it and references it with signed-by. Give key_url or key_file.", pattern=_URL),
                         "x-allowed": FORMS[_URL] + "; a key in a local file goes in key_file"},
             "key_file": _s("The signing key as a file on the controller (ASCII-armored or binary, e.g. what "
-                           "'gpg --export' writes), relative to the cluster file or absolute, for keys not served "
+                           "'gpg --export' writes), relative to the cluster file or absolute, inside the cluster file's "
+                           "directory or one of cluster.controller_dirs, for keys not served "
                            "over HTTP: the deploy reads it and writes it to each node, owned by root and mode 0644, as "
                            "/etc/apt/keyrings/NAME.gpg (apt) or /etc/pki/rpm-gpg/gpu-provision-NAME.asc (dnf). "
                            "Give key_url or key_file, not both.", minLength=1, pattern=_LOCAL_PATH),
@@ -135,8 +174,11 @@ _ssh = _obj(
     {
         "user": _s("Remote user; it needs root or passwordless sudo.", minLength=1, default="root"),
         "port": _i("SSH port.", minimum=1, maximum=65535, default=22),
-        "key": _s("Private key file, relative to the cluster file or absolute."),
-        "known_hosts": _s("known_hosts file to check host keys against, relative to the cluster file or absolute."),
+        "key": _s("Private key file, relative to the cluster file or absolute, inside the cluster file's directory "
+                  "or one of cluster.controller_dirs.", pattern=_LOCAL_PATH),
+        "known_hosts": _s("known_hosts file to check host keys against, relative to the cluster file or absolute, "
+                          "inside the cluster file's directory or one of cluster.controller_dirs.",
+                          pattern=_LOCAL_PATH),
         "strict_host_key_checking": _b("Refuse unknown or changed host keys.", default=True),
         "connect_timeout": _i("Seconds to wait for a node to answer before reporting it unreachable.",
                               minimum=1, maximum=600, default=10),
@@ -183,7 +225,7 @@ _mig = _obj(
         "gpus": {
             "type": "object",
             "description": "Per-GPU settings by GPU index ('0', '1', ...); they replace the node-wide ones.",
-            "propertyNames": {"pattern": "^[0-9]{1,2}$", "x-allowed": "a GPU index such as '0'"},
+            "propertyNames": {"pattern": _GPU_INDEX, "x-allowed": FORMS[_GPU_INDEX]},
             "additionalProperties": _gpu_mig,
         },
         "allow_drain": _b("When user processes hold a GPU that needs a MIG change, stop them instead of refusing.",
@@ -197,7 +239,8 @@ _mig = _obj(
 _node_props = {
     "role": _e("Node role in Kubernetes.", ["control-plane", "worker"], default="worker"),
     "labels": {"type": "object", "description": "Kubernetes node labels.",
-               "additionalProperties": _s("Label value.", maxLength=63)},
+               "propertyNames": {"pattern": LABEL_KEY, "x-allowed": FORMS[LABEL_KEY]},
+               "additionalProperties": _s("Label value.", pattern=LABEL_VALUE)},
     "taints": {"type": "array", "description": "Kubernetes taints as key=value:Effect.",
                "items": _s("One taint.", pattern=_TAINT)},
     "ssh": _node_ssh,
@@ -228,6 +271,7 @@ _node_props = {
                          ["allowed", "never"], default="never"),
             "cuda_min": {"type": ["string", "number"], "description": "Minimum CUDA version the driver must support, "
                          "e.g. '12.4' (quote it: 12.10 unquoted reads as 12.1).", "pattern": _VERSION,
+                         "minimum": 0, "maximum": 9999,
                          "x-allowed": "a CUDA version such as '12.4'"},
             "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8-GPU "
                                  "H100/H200/B200 nodes."),
@@ -249,7 +293,8 @@ _node_props = {
             "log_max_size": _s("Container log rotation size (Docker log-opts max-size).", pattern=r"^[0-9]+[kmg]?$",
                                default="100m"),
             "log_max_file": _i("Rotated log files kept per container.", minimum=1, maximum=100, default=3),
-            "version": _s("Exact runtime package version to pin (default: repository's newest).", minLength=1),
+            "version": _s("Exact runtime package version to pin (default: repository's newest).",
+                          pattern=_PACKAGE_VERSION),
         },
     ),
     "toolkit": _obj(
@@ -265,7 +310,8 @@ _node_props = {
         {
             "group": _s("Group that owns /dev/nvidia* (created if missing).", pattern=r"^[a-z_][a-z0-9_-]*$"),
             "mode": {"type": ["string", "integer"], "description": "Mode of /dev/nvidia* as octal, e.g. '0660'.",
-                     "pattern": r"^0?[0-7]{3}$", "x-allowed": "an octal mode such as '0660'", "default": "0666"},
+                     "pattern": r"^0?[0-7]{3}$", "minimum": 0,
+                     "x-allowed": "an octal mode such as '0660'", "default": "0666"},
             "users": {"type": "array", "description": "Users added to the group.",
                       "items": _s("User name.", pattern=r"^[a-z_][a-z0-9_-]*$")},
         },
@@ -286,7 +332,7 @@ _node_props = {
         {
             "type": _s("vGPU type for every GPU's virtual functions, e.g. 'NVIDIA H200X-141C'."),
             "gpus": {"type": "object", "description": "vGPU type per GPU index.",
-                     "propertyNames": {"pattern": "^[0-9]{1,2}$", "x-allowed": "a GPU index such as '0'"},
+                     "propertyNames": {"pattern": _GPU_INDEX, "x-allowed": FORMS[_GPU_INDEX]},
                      "additionalProperties": _s("vGPU type name.")},
         },
     ),
@@ -312,7 +358,7 @@ _node_props = {
                                     "description": "Flag a GPU whose measured memory bandwidth is below this "
                                                    "fraction of the model's figure.", "default": 0.85},
             "container_image": _s("Image used for the container check (default: built on the node from its own "
-                                  "files)."),
+                                  "files).", pattern=IMAGE_REFERENCE),
         },
     ),
 }
@@ -337,15 +383,21 @@ POD_SECURITY_LEVELS = ("baseline", "restricted")
 _team = _obj(
     "A team: namespace, GPU quota and access.",
     {
-        "name": _s("Team name.", pattern=_NAME),
-        "namespace": _s("Namespace (default: the team name).", pattern=_NAME),
+        "name": _s("Team name (also its namespace's name by default, and a label value).", pattern=_DNS_LABEL),
+        "namespace": _s("Namespace (default: the team name).", pattern=_DNS_LABEL),
         "gpus": _i("Quota on requests.nvidia.com/gpu.", minimum=0, maximum=1_000_000, default=0),
         "mig": {"type": "object", "description": "Quota per MIG resource, by profile name.",
                 "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
                 "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                          "description": "Instances."}},
-        "users": {"type": "array", "description": "Users bound to the team's role.", "items": _s("User.")},
-        "groups": {"type": "array", "description": "Groups bound to the team's role.", "items": _s("Group.")},
+        "users": {"type": "array", "description": "Users bound to the team's role; not 'system:' users (a "
+                  "service account goes in service_accounts) and no wildcards.",
+                  "items": _s("User.", pattern=_SUBJECT)},
+        "groups": {"type": "array", "description": "Groups bound to the team's role; not 'system:' groups "
+                   "(system:authenticated would open the namespace to every user) and no wildcards.",
+                   "items": _s("Group.", pattern=_SUBJECT)},
+        "service_accounts": {"type": "array", "description": "Service accounts of the team's own namespace bound "
+                             "to the team's role, by name.", "items": _s("Service account name.", pattern=_NAME)},
         "pod_security": _e("Pod Security Standard the namespace enforces (default: "
                            "cluster.kubernetes.pod_security).", list(POD_SECURITY_LEVELS)),
     },
@@ -366,9 +418,11 @@ _kubernetes = _obj(
         "cni": _e("CNI plugin.", ["flannel", "calico", "cilium"], default="flannel"),
         "cni_manifest": _s("The CNI manifest (override for air-gapped sites): an http(s) URL the first control plane "
                            "fetches, or a file on the controller (relative to the cluster file or absolute, a regular "
-                           "file within the cluster file's size limit) that the deploy reads and ships.",
+                           "file within the cluster file's size limit inside the cluster file's directory or one of "
+                           "cluster.controller_dirs) that the deploy reads and ships.",
                            pattern=_MANIFEST),
-        "device_plugin_image": _s("NVIDIA device plugin image.", default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
+        "device_plugin_image": _s("NVIDIA device plugin image.", pattern=IMAGE_REFERENCE,
+                                  default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
                            "(Pod Security Admission labels: enforce, audit and warn at this level; enforce pinned "
@@ -396,7 +450,7 @@ _kubernetes = _obj(
             "GPU monitoring.",
             {
                 "dcgm_exporter": _b("Run the DCGM exporter on GPU nodes.", default=True),
-                "dcgm_exporter_image": _s("DCGM exporter image.",
+                "dcgm_exporter_image": _s("DCGM exporter image.", pattern=IMAGE_REFERENCE,
                                           default="nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"),
                 "prometheus_scrape_file": _s("Where to write a Prometheus scrape configuration for the exporters on "
                                              "the first control plane: an absolute path in normal form inside "
@@ -416,7 +470,7 @@ _rollout = _obj(
     {
         "max_parallel": _i("Nodes changed at once (the GPU Operator's maxParallelUpgrades).", minimum=1,
                            maximum=100_000, default=1),
-        "max_unavailable": {"type": ["integer", "string"], "minimum": 1, "pattern": PERCENT,
+        "max_unavailable": {"type": ["integer", "string"], "minimum": 1, "maximum": 100_000, "pattern": PERCENT,
                             "x-allowed": "a node count such as 2, or a percentage of a node group such as '25%'",
                             "description": "Nodes of one node group (nodes without a group form one) that may be "
                                            "unavailable at once: a count, or a percentage of the group rounded "
@@ -495,7 +549,15 @@ SCHEMA: dict[str, Any] = {
                 "ssh": _ssh,
                 "rollout": _rollout,
                 "mig_parted_file": _s("A mig-parted 'version: v1' file whose named configs nodes can use "
-                                      "(mig.config), relative to this file."),
+                                      "(mig.config), relative to this file, inside this file's directory or one of "
+                                      "controller_dirs.", pattern=_LOCAL_PATH),
+                "controller_dirs": {"type": "array", "default": [],
+                                    "description": "Directories on the controller, besides this file's own, that "
+                                                   "settings naming a controller file (ssh.key, ssh.known_hosts, "
+                                                   "mirrors.*.key_file, kubernetes.cni_manifest, mig_parted_file) "
+                                                   "may read from, relative to this file or absolute; symbolic links "
+                                                   "are resolved before the check, so a link cannot lead out.",
+                                    "items": _s("One directory.", pattern=_LOCAL_PATH)},
             },
             required=("name",),
         ),

@@ -90,7 +90,7 @@ IPV6 = """\
 version: v1
 cluster:
   name: six
-  kubernetes: {SETTINGS}
+  kubernetes: {pod_cidr: "fd00:10:244::/56", service_cidr: "fd00:10:96::/112", SETTINGS}
 nodes:
   - {name: cp, address: "2001:db8::10", role: control-plane}
   - {name: g, address: "2001:db8::20", gpus: {model: L4, count: 1}}

@@ -18,6 +18,7 @@ import tempfile
 import time
 
 from .. import probe
+from ..operand import operand
 from ..redact import redact_text
 from . import bounded, sources
 
@@ -172,6 +173,10 @@ def listing_items(folders=sources.LISTINGS):
 def image_env(image):
     """The environment an image declares (``CUDA_VERSION=12.4.1`` in NVIDIA's CUDA images) read through the node's
     runtime, and which runtime answered; no environment when no runtime knows the image."""
+    try:
+        image = operand(image)
+    except ValueError as exc:
+        return {"runtime": None, "env": [], "error": str(exc)}
     if shutil.which("docker"):
         data, entry = bounded.run(["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image], 30)
         if entry.get("rc") == 0:

@@ -14,6 +14,7 @@ import tempfile
 import time
 from typing import Any
 
+from ..operand import operand
 from . import cuda
 from .readings import run
 
@@ -23,9 +24,9 @@ KUBECONFIGS = ("/etc/kubernetes/admin.conf", "/etc/kubernetes/kubelet.conf")
 
 def container_command(spec: dict[str, Any]) -> list[str] | None:
     """Return the argv that starts a GPU container as configured, or None when no image is set."""
-    image = spec.get("image")
-    if not image:
+    if not spec.get("image"):
         return None
+    image = operand(spec["image"])
     name = f"gpu-provision-verify-{os.getpid()}"
     if spec.get("kind") == "docker":
         if spec.get("cdi"):
@@ -42,12 +43,15 @@ def container_command(spec: dict[str, Any]) -> list[str] | None:
 
 def run_container(spec: dict[str, Any], timeout: float = 180.0) -> dict[str, Any] | None:
     """Start the GPU container; return the run's result (with ``error`` when it could not start), or None."""
-    argv = container_command(spec)
+    try:
+        argv = container_command(spec)
+    except ValueError as exc:
+        return {"error": str(exc), "command": []}
     if argv is None:
         return None
     if spec.get("kind") == "containerd":
         namespace = spec.get("namespace") or "gpu-provision"
-        pulled = run(["ctr", "--namespace", namespace, "images", "pull", spec["image"]], timeout=timeout)
+        pulled = run(["ctr", "--namespace", namespace, "images", "pull", operand(spec["image"])], timeout=timeout)
         if pulled.get("error") or pulled.get("returncode"):
             return {"error": f"image pull failed: {(pulled.get('error') or pulled.get('stderr', '')).strip()[:200]}",
                     "command": pulled["command"]}
