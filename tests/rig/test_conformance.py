@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 
 from gpu_provision_rig.config import SUDO_USER, RigNode
 
@@ -40,6 +41,7 @@ def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-u
     doc = yaml.safe_load(BASE_CLUSTER.read_text())
     doc["cluster"]["name"] = "rig-conformance"
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    doc["cluster"]["controller_dirs"] = controller_dirs(rig)
     doc["nodes"] = [{"name": NODE.name, "address": NODE.ssh_address,
                      "gpus": {"model": NODE.gpu_model, "count": NODE.gpu_count}}]
     path = tmp_path_factory.mktemp("conformance") / "cluster.yaml"

@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 
 from gpu_provision_rig.config import RigNode
 
@@ -71,6 +72,7 @@ def site(rig, rig_nodes, rig_ssh, tmp_path_factory) -> tuple[RigNode, Path]:  # 
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["cluster"]["name"] = "rig-diagnose-faults"
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    doc["cluster"]["controller_dirs"] = controller_dirs(rig)
     doc["defaults"]["permissions"]["users"] = [USER]
     doc["defaults"]["verify"] = {"container_image": IMAGE}
     doc["nodes"] = [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "H200", "count": 1},

@@ -17,6 +17,7 @@ from pathlib import Path
 import nodehost
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 
 from gpu_provision.stages.pipeline import HOST_STACK
 from gpu_provision_rig.config import RigNode
@@ -44,6 +45,7 @@ def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-u
     """The cluster file with the rig's key and known_hosts; the nodes start fresh once per module."""
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    doc["cluster"]["controller_dirs"] = controller_dirs(rig)
     path = tmp_path_factory.mktemp("host-stack") / "cluster.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     for node in rig_nodes:

@@ -47,6 +47,7 @@ version: v1
 cluster:
   name: rig-k8s
   ssh: {{user: {login}, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
+  controller_dirs: [{rig.paths.state}, {CNI.parent}]
   kubernetes:
     version: "1.36.4"
     cni: flannel

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 
 from gpu_provision_rig.config import RigNode
 from gpu_provision_rig.node import leader_pid
@@ -47,6 +48,7 @@ def cluster_doc(rig, node: RigNode, layout: dict, gpu1: dict | None = None) -> d
                 "package_proxy": "http://10.77.0.1:3142/",
             },
             "ssh": {"user": "root", "key": str(rig.paths.client_key), "known_hosts": str(rig.paths.known_hosts)},
+            "controller_dirs": controller_dirs(rig),
         },
         "nodes": [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "H200", "count": 2},
                    "driver": {"branch": "580", "reboot": "never"}, "mig": mig}],

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 from test_mig import placed, reboot
 
 from gpu_provision.fleet import SUDO_PASSWORD_NEEDED
@@ -45,6 +46,7 @@ def cluster_doc(rig: Any, login: str, gpu0: dict[str, int] | None = None) -> dic
     doc = yaml.safe_load((REPO / "inventory" / "rig.yaml").read_text())
     cluster = doc["cluster"]
     cluster["ssh"].update(user=login, key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    cluster["controller_dirs"] = controller_dirs(rig)
     cluster["kubernetes"]["cni_manifest"] = str(
         REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-standin.json")
     cluster["kubernetes"]["control_plane_endpoint"] = f"{CP.bridge_address}:6443"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clusterdirs import controller_dirs
 
 from gpu_provision_rig.config import BRIDGE_ADDRESS, RigNode
 from gpu_provision_rig.mirror import build_mirror
@@ -60,6 +61,7 @@ def cluster_doc(rig: Any, nodes: list[RigNode], driver: str, layout: dict[str, i
         "cluster": {
             "name": "rig-rollout",
             "ssh": {"user": "root", "key": str(rig.paths.client_key), "known_hosts": str(rig.paths.known_hosts)},
+            "controller_dirs": controller_dirs(rig),
             "kubernetes": {"version": "1.36.4", "cni": "flannel", "cni_manifest": str(CNI)},
             "mirrors": {"cuda": {"url": CUDA_MIRROR, "key_url": CUDA_MIRROR + "gpu-provision-rig.pub"},
                         "kubernetes": {"url": K8S_MIRROR, "key_url": K8S_MIRROR + "Release.key"},

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from clusterdirs import controller_dirs
 
 from gpu_provision.operations.lock import LOCK_PATH
 from gpu_provision_rig.config import RigNode
@@ -51,6 +52,7 @@ def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-u
     """The host-stack cluster file narrowed to this module's GPU-less node, with the rig's key and known_hosts."""
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
+    doc["cluster"]["controller_dirs"] = controller_dirs(rig)
     doc["nodes"] = [{"name": NODE.name, "address": NODE.ssh_address}]
     doc.pop("groups", None)
     path = tmp_path_factory.mktemp("run-lock") / "cluster.yaml"
