@@ -159,8 +159,10 @@ def _recorded(args: argparse.Namespace, cluster, settings, report):  # type: ign
     are the run's (done nodes left, nodes in progress first, failed nodes counting against their group)."""
     from gpu_provision.rollout.execute import Fleet
 
-    fleet = Fleet(args.inventory, cluster, settings, report_dir=None)
-    return fleet.recorded([n.name for n in report.nodes if n.checked])
+    # A node not fully compared is not rolled whatever its record says: it is not asked again (and with no node
+    # left, nothing is asked: an empty --limit would mean every host).
+    names = [n.name for n in report.nodes if n.status in ("in-sync", "drift")]
+    return Fleet(args.inventory, cluster, settings, report_dir=None).recorded(names) if names else {}
 
 
 def _status(args: argparse.Namespace, cluster, settings) -> int:  # type: ignore[no-untyped-def]
