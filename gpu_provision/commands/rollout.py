@@ -4,7 +4,7 @@
                           [--max-unavailable N|P%] [--retry-failed] [--json]
 
 ``plan`` compares every node with the cluster file (one probe per node, as ``drift``), classes each change by what
-it disrupts and shows the batches; nothing is changed. ``run`` (the default) carries the plan out: changes that
+it disrupts, reads each node's recorded state and shows the batches the run would take; nothing is changed. ``run`` (the default) carries the plan out: changes that
 disrupt nothing on every node at once, the others in batches with each node cordoned, its GPU jobs waited for,
 its GPU pods evicted (or drained), its deploy run (a reboot when needed and allowed), verified and uncordoned only
 when verification passed; each node's state is recorded as the ``gpu-provision.io/rollout-state`` label (or a
@@ -121,10 +121,12 @@ def run(args: argparse.Namespace) -> int:
     if action == "finish":
         return _roll(args, cluster, settings, None, unavailable, stages, "finish")
     report = check_fleet(inventory, load_stages(stages), settings, progress=progress())
-    plan = plan_rollout(report, cluster, args.max_parallel, unavailable)
     if action == "plan":
+        plan = plan_rollout(report, cluster, args.max_parallel, unavailable, _recorded(args, cluster, settings, report),
+                            args.retry_failed)
         emit(args, plan.to_json(), plan.render)
         return plan.exit_status
+    plan = plan_rollout(report, cluster, args.max_parallel, unavailable)
     return _roll(args, cluster, settings, plan, unavailable, stages, "prepare" if action == "prepare" else "run")
 
 
@@ -150,6 +152,17 @@ def _roll(args: argparse.Namespace, cluster, settings, plan, unavailable,  # typ
     if unread or (plan is not None and any(n.status in ("not-checked", "error") for n in plan.nodes)):
         return 2
     return report.exit_status
+
+
+def _recorded(args: argparse.Namespace, cluster, settings, report):  # type: ignore[no-untyped-def]
+    """The recorded rollout states of the nodes drift compared, read as the run reads them, so the plan's batches
+    are the run's (done nodes left, nodes in progress first, failed nodes counting against their group)."""
+    from gpu_provision.rollout.execute import Fleet
+
+    # A node not fully compared is not rolled whatever its record says: it is not asked again (and with no node
+    # left, nothing is asked: an empty --limit would mean every host).
+    names = [n.name for n in report.nodes if n.status in ("in-sync", "drift")]
+    return Fleet(args.inventory, cluster, settings, report_dir=None).recorded(names) if names else {}
 
 
 def _status(args: argparse.Namespace, cluster, settings) -> int:  # type: ignore[no-untyped-def]

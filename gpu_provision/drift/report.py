@@ -6,11 +6,11 @@ checked or a part of it could not be compared), whatever else was found.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpu_provision.desired import Difference
+from gpu_provision.diff import difference_lines, plain
 
 EXIT_IN_SYNC = 0
 EXIT_DRIFT = 1
@@ -57,8 +57,8 @@ class NodeReport:
             "address": self.address,
             "status": self.status,
             "differences": [
-                {"stage": d.stage, "kind": d.kind, "item": d.item, "expected": _plain(d.expected),
-                 "actual": _plain(d.actual), **self.diff_of(d)}
+                {"stage": d.stage, "kind": d.kind, "item": d.item, "expected": plain(d.expected),
+                 "actual": plain(d.actual), **self.diff_of(d)}
                 for d in self.differences
             ],
             "problems": list(self.problems),
@@ -71,17 +71,6 @@ class NodeReport:
         """``{"diff": ...}`` for a file whose content differs and can be shown, else nothing."""
         text = self.diffs.get(difference.item) if difference.kind == "file" else None
         return {"diff": text} if text else {}
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe form of an expected/actual value."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in (sorted(value, key=str) if isinstance(value, (set, frozenset)) else value)]
-    return str(value)
 
 
 def _gpu_index(item: str) -> int | None:
@@ -113,14 +102,6 @@ def _collapsed(differences: list[Difference]) -> list[tuple[Difference, str]]:
             run.append(diff)
     flush()
     return out
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(map(str, value)) + "]"
-    if isinstance(value, dict):
-        return json.dumps(_plain(value), sort_keys=True)
-    return str(value)
 
 
 @dataclass
@@ -177,14 +158,9 @@ class FleetReport:
             lines.append(f"{node.name:<{width}}  {head}  [{cost}]")
             for diff, item in _collapsed(node.differences):
                 where = f"{diff.stage}: " if diff.stage else ""
-                content = node.diff_of(diff).get("diff")
-                if content:
-                    what = "absent, expected" if diff.actual == "absent" else "content differs (- on the node, + expected)"
-                    lines.append(f"  {where}{diff.kind} {item}: {what}:")
-                    lines.extend(f"      {line}" for line in content.splitlines())
-                    continue
-                lines.append(f"  {where}{diff.kind} {item}: expected {_text(diff.expected)}, "
-                             f"found {_text(diff.actual)}")
+                head, *content = difference_lines(diff, node.diff_of(diff).get("diff"), item)
+                lines.append(f"  {where}{head}")
+                lines.extend(f"  {line}" for line in content)
             lines.extend(f"  problem: {p}" for p in node.problems)
         counts = self.counts()
         parts = [f"{counts['in-sync']} in sync", f"{counts['drift']} with drift"]

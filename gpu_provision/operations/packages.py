@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -67,6 +68,34 @@ def dnf_spec(want: PackageWant) -> str:
     return f"{want.name}-{want.version}" if want.version else want.name
 
 
+def _segments(version: str) -> list[int | str]:
+    """A version's comparable parts as rpm and dpkg order them: runs of digits (as numbers) and of letters."""
+    epoch, _, rest = version.rpartition(":")
+    return [int(epoch or 0), *(int(p) if p.isdigit() else p for p in re.findall(r"[0-9]+|[A-Za-z]+", rest))]
+
+
+def is_downgrade(wanted: str | None, installed: str | None) -> bool:
+    """Whether reaching ``wanted`` from the installed version goes down (a rollback): a lower exact version, or a
+    branch glob (``580.*``) below the installed one's.
+
+    Parts compare as rpm's and dpkg's version orders do for the versions NVIDIA and Kubernetes publish (numbers as
+    numbers, a number above letters, more parts above fewer); a glob compares only as many parts as it gives.
+    """
+    if not wanted or not installed or version_matches(wanted, installed):
+        return False
+    glob = wanted.endswith("*")
+    want = _segments(wanted.rstrip("*").rstrip(".-"))
+    have = _segments(installed)
+    if glob:
+        have = have[:len(want)]
+    for a, b in zip(want, have, strict=False):
+        if a != b:
+            if isinstance(a, int) != isinstance(b, int):
+                return isinstance(b, int)
+            return a < b  # type: ignore[operator]
+    return len(want) < len(have)
+
+
 def _needs_install(want: PackageWant, state: NodeStateData) -> bool:
     return want.present and not version_matches(want.version, state.package(want.name).version)
 
@@ -93,7 +122,8 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
         return _apt(install, remove, hold, repositories_changed, apt_lock_wait(lock_timeout))
     if manager == "dnf":
         locked = [w for w in install if state.package(w.name).held]
-        return _dnf(install, remove, hold, locked, repositories_changed)
+        down = [w for w in install if is_downgrade(w.version, state.package(w.name).version)]
+        return _dnf([w for w in install if w not in down], down, remove, hold, locked, repositories_changed)
     return [fail_command("no supported package manager (apt or dnf) found on this node")]
 
 
@@ -117,8 +147,8 @@ def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[Packa
     return commands
 
 
-def _dnf(install: list[PackageWant], remove: list[PackageWant], hold: list[PackageWant],
-         locked: list[PackageWant], repositories_changed: bool) -> list[str]:
+def _dnf(install: list[PackageWant], downgrade: list[PackageWant], remove: list[PackageWant],
+         hold: list[PackageWant], locked: list[PackageWant], repositories_changed: bool) -> list[str]:
     commands = []
     if remove:
         commands.append("dnf remove -y " + " ".join(shlex.quote(w.name) for w in remove))
@@ -127,10 +157,14 @@ def _dnf(install: list[PackageWant], remove: list[PackageWant], hold: list[Packa
                         "dnf install -y python3-dnf-plugin-versionlock")
     if locked:
         commands.append("dnf versionlock delete " + " ".join(shlex.quote(w.name) for w in locked))
-    if install:
-        refresh = " --refresh" if repositories_changed else ""
-        specs = " ".join(shlex.quote(dnf_spec(w)) for w in install)
-        commands.append(f"dnf install -y --allowerasing{refresh} {specs}")
+    refresh = " --refresh" if repositories_changed else ""
+    # A rollback is dnf's own downgrade (``dnf downgrade NAME-VERSION``), after the lock on the newer version is
+    # gone and before the lock on the older one is set, so a lower version rolls out as a higher one does.
+    for verb, wants in (("downgrade", downgrade), ("install", install)):
+        if wants:
+            specs = " ".join(shlex.quote(dnf_spec(w)) for w in wants)
+            commands.append(f"dnf {verb} -y --allowerasing{refresh} {specs}")
+            refresh = ""
     if hold:
         commands.append("dnf versionlock add " + " ".join(shlex.quote(w.name) for w in hold))
     return commands

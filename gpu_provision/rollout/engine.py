@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpu_provision.rollout import pods as gpu_pods
-from gpu_provision.rollout.batches import unavailable_limit
+from gpu_provision.rollout.batches import next_batch, split
 from gpu_provision.rollout.containers import Container
 from gpu_provision.rollout.disruption import Disruption
 from gpu_provision.rollout.states import CHANGING, DONE, FAILED, Record
@@ -112,6 +112,12 @@ class RolloutNode:
     def resumed(self) -> bool:
         """Whether a previous run left this node between its first and last step (or failed)."""
         return self.previous is not None and self.previous.state != DONE
+
+    @property
+    def skipped_because(self) -> str:
+        """Why a node an earlier run failed (or one not compared) is not rolled now."""
+        earlier = (self.previous.reason if self.previous else "") or "no reason recorded"
+        return self.skip or f"failed in an earlier run ({earlier}); --retry-failed retries it"
 
 
 @dataclass(frozen=True)
@@ -239,33 +245,47 @@ class RolloutRun:
 
     def run(self, targets: Iterable[RolloutNode], group_sizes: Mapping[str, int] | None = None,
             failed_before: Iterable[RolloutNode] = ()) -> Report:
-        """Roll ``targets`` (in inventory order); ``failed_before`` are nodes a previous run failed and this one
-        does not retry: they count against their group's ``max_unavailable``."""
+        """Roll ``targets`` (in inventory order) as the mode says; ``failed_before`` are nodes a previous run
+        failed and this one does not retry: they count against their group's ``max_unavailable``."""
         started = self.clock()
-        targets = list(targets)
-        failed_before = list(failed_before)
-        outcomes = {t.name: Outcome(t.name) for t in targets}
+        targets, failed_before = list(targets), list(failed_before)
+        report = Report({t.name: Outcome(t.name) for t in targets})
         for t in failed_before:
-            earlier = (t.previous.reason if t.previous else "") or "no reason recorded"
-            outcomes[t.name] = Outcome(t.name, "skipped", t.skip or f"failed in an earlier run ({earlier}); "
-                                                                    "--retry-failed retries it")
-        report = Report(outcomes)
-        sizes = dict(group_sizes or Counter(t.group for t in [*targets, *failed_before]))
-        failed = Counter(t.group for t in failed_before)
+            report.outcomes[t.name] = Outcome(t.name, "skipped", t.skipped_because)
         if self.mode == "finish":
-            return self._finish_all(targets, report, started)
-        quiet = [t for t in targets if t.disruption == "none" and not t.resumed]
-        waiting = [t for t in targets if t.resumed] + [t for t in targets if t not in quiet and not t.resumed]
-        by_name = {t.name: t for t in targets}
-        if quiet and self.mode == "prepare":
-            for t in quiet:
-                outcomes[t.name] = Outcome(t.name, "prepared", "its changes disrupt nothing: no cordon needed")
-        elif quiet and not self.interrupted:
+            self._finish_all(targets, report)
+        else:
+            sizes = dict(group_sizes or Counter(t.group for t in [*targets, *failed_before]))
+            failed = Counter(t.group for t in failed_before)
+            quiet, waiting = split(targets)
+            by_name = {t.name: t for t in targets}
+            if self.mode == "prepare":
+                self._prepare_quiet(quiet, report)
+            else:
+                self._quiet_batch(quiet, by_name, report)
+            self._disruptive_batches(waiting, by_name, report, sizes, failed)
+        report.seconds = self.clock() - started
+        return report
+
+    def _prepare_quiet(self, quiet: list[RolloutNode], report: Report) -> None:
+        """``prepare``: nodes whose changes disrupt nothing need no safety steps; the operator's deploy takes them."""
+        for t in quiet:
+            report.outcomes[t.name] = Outcome(t.name, "prepared", "its changes disrupt nothing: no cordon needed")
+
+    def _quiet_batch(self, quiet: list[RolloutNode], by_name: Mapping[str, RolloutNode], report: Report) -> None:
+        """``run``: batch 0, every node whose changes disrupt nothing, at once and in service."""
+        if quiet and not self.interrupted:
             report.batches.append((0, tuple(t.name for t in quiet)))
-            self._run(0, [t.name for t in quiet], by_name, outcomes, quiet=True)
+            self._run(0, [t.name for t in quiet], by_name, report.outcomes, quiet=True)
+
+    def _disruptive_batches(self, waiting: list[RolloutNode], by_name: Mapping[str, RolloutNode], report: Report,
+                            sizes: Mapping[str, int], failed: Counter[str]) -> None:
+        """The batches :func:`gpu_provision.rollout.batches.next_batch` gives, each with the failures so far, until
+        none is left, none can start or the run is interrupted; ``prepare`` takes only the first."""
+        outcomes, policy = report.outcomes, self.policy
         number = 0
         while waiting and not self.interrupted:
-            batch, blocked = self._next_batch(waiting, sizes, failed)
+            batch, blocked = next_batch(waiting, policy.max_parallel, policy.max_unavailable, sizes, failed)
             if not batch:
                 report.stopped = blocked
                 for t in waiting:
@@ -285,10 +305,8 @@ class RolloutRun:
             for t in waiting:
                 if outcomes[t.name].result == "not-started":
                     outcomes[t.name].reason = "interrupted before its batch"
-        report.seconds = self.clock() - started
-        return report
 
-    def _finish_all(self, targets: list[RolloutNode], report: Report, started: float) -> Report:
+    def _finish_all(self, targets: list[RolloutNode], report: Report) -> None:
         """``finish``: every node whose change was made (state ``apply-required`` or later), all at once."""
         ready = [t for t in targets if t.previous is not None and t.previous.state in CHANGING]
         for t in targets:
@@ -298,30 +316,6 @@ class RolloutRun:
         if ready and not self.interrupted:
             report.batches.append((1, tuple(t.name for t in ready)))
             self._run(1, [t.name for t in ready], {t.name: t for t in ready}, report.outcomes, quiet=False)
-        report.seconds = self.clock() - started
-        return report
-
-    def _next_batch(self, waiting: list[RolloutNode], sizes: Mapping[str, int],
-                    failed: Counter[str]) -> tuple[list[RolloutNode], str]:
-        """The next batch from ``waiting`` within the budgets left, or none with the reason."""
-        free = {g: unavailable_limit(self.policy.max_unavailable, max(sizes.get(g, 1), 1)) - failed[g]
-                for g in {t.group for t in waiting}}
-        startable = [t for t in waiting if free[t.group] > 0]
-        if not startable:
-            groups = sorted({t.group for t in waiting})
-            words = [f"{failed[g]} failed node{'s' if failed[g] != 1 else ''} of "
-                     f"{'group ' + g if g else 'the nodes without a group'} reach max_unavailable "
-                     f"{self.policy.max_unavailable}" for g in groups]
-            return [], "; ".join(words) + " (failed nodes stay cordoned); fix them and run again"
-        first = startable[0]
-        if first.control_plane or any(t.control_plane for t in startable):
-            return [next(t for t in startable if t.control_plane)], ""
-        taken: list[RolloutNode] = []
-        for t in startable:
-            if len(taken) < self.policy.max_parallel and free[t.group] > 0:
-                taken.append(t)
-                free[t.group] -= 1
-        return taken, ""
 
     def _run(self, number: int, names: list[str], by_name: Mapping[str, RolloutNode], outcomes: dict[str, Outcome],
              quiet: bool) -> None:

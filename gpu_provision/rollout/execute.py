@@ -33,10 +33,8 @@ from gpu_provision.node.mig.holders import MODE_HOLDERS, holding, start_again_co
 from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
 from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, RolloutNode, RolloutRun
 from gpu_provision.rollout.kubectl import KubectlApi
-from gpu_provision.rollout.plan import RolloutPlan
+from gpu_provision.rollout.plan import RolloutPlan, group_sizes, targets_of
 from gpu_provision.rollout.states import (
-    DONE,
-    FAILED,
     IN_PROGRESS,
     STATE_FILE,
     Record,
@@ -371,32 +369,6 @@ class Fleet:
         return out
 
 
-def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Record | None],
-               retry_failed: bool) -> tuple[list[RolloutNode], list[RolloutNode]]:
-    """The nodes to roll (inventory order) and those a previous run failed that are not retried.
-
-    A node with changes is rolled; a node without changes but left in progress (or failed, with
-    ``retry_failed``) is resumed: its remaining steps are no-ops up to verification and uncordon. A node not
-    compared (unreachable) is not rolled and counts as failed.
-    """
-    kubernetes = cluster.kubernetes.enabled
-    roll: list[RolloutNode] = []
-    skipped: list[RolloutNode] = []
-    for node in plan.nodes:
-        previous = recorded.get(node.name)
-        target = RolloutNode(node.name, node.disruption, node.group or "", node.role == "control-plane", kubernetes,
-                        tuple(str(c.difference) for c in node.changes), previous)
-        if node.status in ("not-checked", "error"):
-            why = "not compared: " + "; ".join(node.problems)
-            skipped.append(RolloutNode(node.name, "none", node.group or "", previous=Record(FAILED, why),
-                                  skip=f"{why}; it counts as unavailable"))
-        elif previous is not None and previous.state == FAILED and not retry_failed:
-            skipped.append(target)
-        elif node.status == "planned" or (previous is not None and previous.state not in (DONE, "unknown")):
-            roll.append(target)
-    return roll, skipped
-
-
 #: How a node whose recorded state could not be read is reported.
 UNREAD = "state not read"
 
@@ -411,14 +383,6 @@ def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str
             out.append(RolloutNode(name, "gpu-idle", node.group or "", node.role == "control-plane",
                               cluster.kubernetes.enabled, previous=previous))
     return out
-
-
-def group_sizes(cluster: Cluster) -> dict[str, int]:
-    """Nodes per node group in the cluster file (the base of percentage budgets, whatever ``--limit`` says)."""
-    sizes: dict[str, int] = {}
-    for node in cluster.nodes:
-        sizes[node.group or ""] = sizes.get(node.group or "", 0) + 1
-    return sizes
 
 
 def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: bool, log: Callable[[str], None],

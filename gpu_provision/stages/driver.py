@@ -11,13 +11,13 @@ import shlex
 from pyinfra import host
 from pyinfra.api import deploy
 
+from gpu_provision import kernel_guard
 from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.node.driver_version import module_version
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
-from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request

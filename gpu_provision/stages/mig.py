@@ -15,7 +15,7 @@ from dataclasses import replace
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
-from gpu_provision import bundle
+from gpu_provision import bundle, kernel_guard
 from gpu_provision.desired import Difference, FileWant, UnitWant, Want, request_for
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.mig import install as agent_mig
@@ -27,7 +27,6 @@ from gpu_provision.operations import commands, files
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.operations import vgpu as vgpu_ops
 from gpu_provision.operations.commands import current_state
-from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver
 from gpu_provision.state import NodeStateData, Request

@@ -3,7 +3,7 @@
 Checks: every probe command answered in time, supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
 are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
 devices against the GPUs the file expects, nouveau (a warning: the driver stage blacklists it), and the kernel guard
-(a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.rollout.kernel`).
+(a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.kernel_guard`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pyinfra import host, logger
 from pyinfra.api import deploy
 
+from gpu_provision import kernel_guard
 from gpu_provision.desired import Difference, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
-from gpu_provision.rollout import kernel as kernel_guard
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver

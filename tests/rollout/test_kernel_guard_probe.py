@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from gpu_provision.kernel_guard import blocked_reboot
 from gpu_provision.node.probe import system as probe
-from gpu_provision.rollout.kernel import blocked_reboot
 from gpu_provision.spec import load_cluster
 from gpu_provision.state import NodeStateData
 

@@ -114,7 +114,13 @@ def test_nothing_to_roll_exits_0_and_an_unreached_node_exits_2_without_a_batch(t
     broken = report(gpu_01=[DRIVER])
     broken.nodes[2] = NodeReport("gpu-02", "", checked=False, problems=["unreachable: timed out"])
     broken.nodes[3] = NodeReport("gpu-03", "", [DRIVER], problems=["stage mig: RuntimeError: boom"])
-    plan = plan_rollout(broken, cluster)
+    # The two nodes not compared count against group h200's max_unavailable, as in the run: 25% of 4 leaves
+    # gpu-01 no room, so the plan says it stops there.
+    blocked = plan_rollout(broken, cluster)
+    assert (blocked.exit_status, blocked.batches) == (2, [])
+    assert blocked.stopped.startswith("2 failed nodes of group h200 reach max_unavailable 25%")
+    assert "stopped: 2 failed nodes of group h200" in blocked.render()
+    plan = plan_rollout(broken, cluster, max_unavailable=3)
     assert plan.exit_status == 2
     assert [list(b.nodes) for b in plan.batches] == [["gpu-01"]]
     assert {n.name: (n.status, n.batch) for n in plan.nodes if n.name.startswith("gpu")} == {
@@ -170,3 +176,19 @@ def test_bad_overrides_are_usage_errors(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.startswith("--max-unavailable: expected a node count")
     proc = rollout("plan", "inventory.py", "--cluster", str(cluster), "--max-parallel", "0", "--json")
     assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["message"].startswith("--max-parallel")
+
+
+def test_a_differing_file_shows_as_drift_shows_it_not_as_sha256_values(tmp_path: Path) -> None:
+    cluster = load_cluster(write(tmp_path / "j.yaml"))
+    diff = ("--- /etc/containerd/config.toml (on the node)\n+++ /etc/containerd/config.toml (cluster file)\n"
+            "@@ -1 +1 @@\n-default_runtime_name = \"runc\"\n+default_runtime_name = \"nvidia\"")
+    drifted = report()
+    drifted.nodes[1] = NodeReport("gpu-01", "", [CONTAINERD, GROUP], diffs={CONTAINERD.item: diff})
+    plan = plan_rollout(drifted, cluster)
+    text = plan.render().splitlines()
+    head = text.index("  runtime-restart  file /etc/containerd/config.toml: content differs (- on the node, + expected):")
+    assert text[head + 1:head + 6] == [f"      {line}" for line in diff.splitlines()]
+    assert not any("sha256" in line for line in text)
+    assert "  none             group-members gpu: expected [alice], found []" in text
+    changes = next(n for n in plan.to_json()["nodes"] if n["name"] == "gpu-01")["changes"]
+    assert [c.get("diff") for c in changes] == [diff, None]
