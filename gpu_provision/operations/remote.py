@@ -175,8 +175,9 @@ def run_on_host(host: Any, command: str | StringCommand, arguments: Mapping[str,
     except (OSError, TimeoutError) as exc:
         return outcome(str(wrapped), False, [], [], hidden, f"{type(exc).__name__}: {exc}" if str(exc)
                        else type(exc).__name__)
-    stdout = [hide_literal(line, password) for line in text_of(output.stdout_lines)]
-    stderr = [hide_literal(line, password) for line in text_of(output.stderr_lines)]
+    # A connector that failed before the command ran may give no output at all.
+    stdout = [hide_literal(line, password) for line in text_of(getattr(output, "stdout_lines", ()))]
+    stderr = [hide_literal(line, password) for line in text_of(getattr(output, "stderr_lines", ()))]
     return outcome(str(wrapped), bool(ok), stdout, stderr, hidden)
 
 
