@@ -58,7 +58,7 @@ class NodeReport:
             "status": self.status,
             "differences": [
                 {"stage": d.stage, "kind": d.kind, "item": d.item, "expected": _plain(d.expected),
-                 "actual": _plain(d.actual), **self.diff_of(d)}
+                 "actual": _plain(d.actual), **({"file": d.source} if d.source else {}), **self.diff_of(d)}
                 for d in self.differences
             ],
             "problems": list(self.problems),
@@ -183,8 +183,9 @@ class FleetReport:
                     lines.append(f"  {where}{diff.kind} {item}: {what}:")
                     lines.extend(f"      {line}" for line in content.splitlines())
                     continue
+                read = f" (read {diff.source})" if diff.source else ""
                 lines.append(f"  {where}{diff.kind} {item}: expected {_text(diff.expected)}, "
-                             f"found {_text(diff.actual)}")
+                             f"found {_text(diff.actual)}{read}")
             lines.extend(f"  problem: {p}" for p in node.problems)
         counts = self.counts()
         parts = [f"{counts['in-sync']} in sync", f"{counts['drift']} with drift"]

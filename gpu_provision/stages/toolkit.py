@@ -108,6 +108,12 @@ def runtime_missing(node: Node, state: NodeStateData, kinds: Sequence[str] | Non
     return None
 
 
+def runtime_files(kinds: Sequence[str]) -> list[str]:
+    """The configuration files :func:`runtime_missing` reads for ``kinds``."""
+    return [path for kind in kinds
+            for path in ((DAEMON_JSON,) if kind == "docker" else (CONTAINERD_CONFIG, NVIDIA_DROPIN))]
+
+
 def _missing_for(kind: str, default: bool, state: NodeStateData) -> str | None:
     if kind == "docker":
         try:
@@ -158,11 +164,12 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     if not managed(node):
         return []
     kinds = runtime.runtimes(node, cluster)
-    checks = [("nvidia-runtime", "+".join(kinds), runtime_missing(node, state, kinds)),
-              ("dev-char", "/dev/char", dev_char_missing(state))]
+    checks = [("nvidia-runtime", "+".join(kinds), runtime_missing(node, state, kinds), ", ".join(runtime_files(kinds))),
+              ("dev-char", "/dev/char", dev_char_missing(state), "")]
     if node.toolkit.cdi:
-        checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state)))
-    return [Difference(kind, item, "present and current", reason, NAME) for kind, item, reason in checks if reason]
+        checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state), ""))
+    return [Difference(kind, item, "present and current", reason, NAME, source)
+            for kind, item, reason, source in checks if reason]
 
 
 @deploy("NVIDIA container toolkit")
