@@ -101,9 +101,13 @@ class Difference:
     expected: Any
     actual: Any
     stage: str = ""
+    #: The file (or files) the finding was read from, where the item is not that file itself (``nvidia-runtime
+    #: docker`` read from ``/etc/docker/daemon.json``), so a reader knows where to look.
+    source: str = ""
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.item}: expected {self.expected}, found {self.actual}"
+        read = f" (read {self.source})" if self.source else ""
+        return f"{self.kind} {self.item}: expected {self.expected}, found {self.actual}{read}"
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

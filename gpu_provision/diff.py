@@ -57,7 +57,7 @@ def value_text(value: Any) -> str:
 def difference_lines(difference: Difference, content: str | None = None, item: str | None = None) -> list[str]:
     """``difference`` as text: ``kind item: expected X, found Y``, or, for a file whose content differs and can be
     shown (``content``: its :func:`file_diff`), a head line and the unified diff under it, indented by four, instead
-    of two SHA-256 values nobody can read.
+    of two SHA-256 values nobody can read. A finding read from a file (``difference.source``) names it.
 
     + item: the item as printed (drift joins GPUs that differ alike: ``GPU 0-7``); default the difference's own
     """
@@ -65,5 +65,6 @@ def difference_lines(difference: Difference, content: str | None = None, item: s
     if content:
         what = "absent, expected" if difference.actual == "absent" else "content differs (- on the node, + expected)"
         return [f"{difference.kind} {item}: {what}:", *(f"    {line}" for line in content.splitlines())]
+    read = f" (read {difference.source})" if difference.source else ""
     return [f"{difference.kind} {item}: expected {value_text(difference.expected)}, "
-            f"found {value_text(difference.actual)}"]
+            f"found {value_text(difference.actual)}{read}"]

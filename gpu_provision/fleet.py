@@ -24,6 +24,7 @@ from pyinfra.api.operations import run_host_op
 from pyinfra.context import ctx_host, ctx_state
 
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.operations.remote import StatusCommand, outcome, text_of, without_status
 
 T = TypeVar("T")
 
@@ -109,24 +110,41 @@ def settings_from(config_path: str | None = None, parallel: int | None = None,
 
 
 class CommandLog:
-    """Counts and remembers the remote commands one host ran (wraps its connector)."""
+    """Counts and remembers the remote commands one host ran (wraps its connector).
+
+    Every command runs as a :class:`gpu_provision.operations.remote.StatusCommand`, so a failed one is told with
+    its exit status (``last_failure``: ``COMMAND exited N: last lines``, secrets hidden), whatever ran it: an
+    operation, a fact or :func:`gpu_provision.operations.remote.run_on_host`.
+    """
 
     def __init__(self, connector: Any):
         self.commands = 0
         self.transfers = 0
+        #: The last failed command's last lines (or the exception that ended it).
         self.last_error: str | None = None
+        #: The last failed command as :attr:`gpu_provision.operations.remote.HostCommand.failure` tells it.
+        self.last_failure: str | None = None
+        #: The operation :meth:`Reached.apply` stopped at, by its name.
+        self.failed_operation: str | None = None
         run, put, get = connector.run_shell_command, connector.put_file, connector.get_file
 
         def run_shell_command(command: Any, *args: Any, **kwargs: Any) -> Any:
             self.commands += 1
+            ours = not isinstance(command, StatusCommand)
             try:
-                ok, output = run(command, *args, **kwargs)
+                ok, output = run(StatusCommand(command) if ours else command, *args, **kwargs)
             except Exception as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self.last_failure = outcome(str(command), False, [], [], error=self.last_error).failure
                 raise
             if not ok:
-                tail = [line for line in output.stderr_lines if line.strip()][-3:]
-                self.last_error = " / ".join(tail) or "remote command failed with no message"
+                password = kwargs.get("_sudo_password")
+                failed = outcome(str(command), False, text_of(output.stdout_lines), text_of(output.stderr_lines),
+                                 (str(password),) if password else ())
+                self.last_error = " / ".join(failed.tail[-3:]) or "remote command failed with no message"
+                self.last_failure = failed.failure
+            if ours:
+                output = without_status(output)[1]
             return ok, output
 
         def counted(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,7 +177,9 @@ class Reached:
         with ctx_state.use(self.state), ctx_host.use(self.host):
             returned = deploy(*args, **kwargs)
             for op_hash in self.host.op_hash_order[first:]:
+                self.log.last_error = self.log.last_failure = None  # told by the operation's own commands
                 if not run_host_op(self.state, self.host, op_hash):
+                    self.log.failed_operation = ", ".join(self.state.get_op_meta(op_hash).names) or op_hash
                     return returned, False
         return returned, True
 

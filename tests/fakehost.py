@@ -42,7 +42,8 @@ class FakeHost:
     def log_styled(self, message: str, **_: Any) -> None:
         self.logs.append(message)
 
-    def run_shell_command(self, command: str, **kwargs: Any) -> tuple[bool, Any]:
+    def run_shell_command(self, command: Any, **kwargs: Any) -> tuple[bool, Any]:
+        command = str(command)  # a plain string, or a command object as printed
         self.ran.append((command, kwargs.get("_stdin")))
         for prefix, (ok, stdout, stderr) in self.replies.items():
             if command.startswith(prefix):

@@ -81,21 +81,21 @@ def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None
 
 def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) -> str:
     """:func:`collect_host`'s work, the archive fetched to ``local`` and then given the node's name."""
-    from pyinfra.api import StringCommand
     from pyinfra.context import ctx_host, ctx_state
 
     from gpu_provision import bundle
     from gpu_provision.errors import GpuProvisionError
     from gpu_provision.operations.commands import connector_arguments
+    from gpu_provision.operations.remote import run_on_host
 
     host, expect = reached.host, expectations_of(reached.host)
     # The host's own sudo, sudo password, sudo user and timeout, as its deploy's commands get them.
     sudo = {key: value for key, value in connector_arguments(reached.state, host, None).items()
             if key not in ("_stdin", "_timeout")}
     with ctx_state.use(reached.state), ctx_host.use(host):
-        ok, made = host.run_shell_command(StringCommand("mktemp -d /tmp/gpu-provision-diagnose.XXXXXX"), **sudo)
-        if not ok or not made.stdout_lines:
-            raise GpuProvisionError(f"cannot make a temporary folder: {reached.log.last_error}")
+        made = run_on_host(host, "mktemp -d /tmp/gpu-provision-diagnose.XXXXXX", sudo)
+        if not made.ok or not made.stdout_lines:
+            raise GpuProvisionError(f"cannot make a temporary folder: {made.failure}")
         remote = made.stdout_lines[-1].strip()
         try:
             if not host.put_file(io.BytesIO(bundle.build()), f"{remote}/{bundle.BUNDLE_NAME}", **sudo):
@@ -103,11 +103,14 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
             command = bundle.command("diagnose", "--out", f"{remote}/bundle.tar.gz", "--request",
                                      json.dumps(node_request(expect, bug_report)),
                                      bundle=f"{remote}/{bundle.BUNDLE_NAME}")
-            ok, _ = host.run_shell_command(StringCommand(command), _timeout=timeout, **sudo)
-            if not ok or not host.get_file(f"{remote}/bundle.tar.gz", local, **sudo):
-                raise GpuProvisionError(f"collection failed: {reached.log.last_error}")
+            collected = run_on_host(host, command, sudo, timeout=timeout)
+            if not collected.ok:
+                raise GpuProvisionError(f"collection failed: {collected.failure}")
+            if not host.get_file(f"{remote}/bundle.tar.gz", local, **sudo):
+                raise GpuProvisionError(f"collection failed: cannot fetch {remote}/bundle.tar.gz: "
+                                        f"{reached.log.last_error or 'the transfer failed'}")
         finally:
-            host.run_shell_command(StringCommand(f"rm -rf {shlex.quote(remote)}"), **sudo)
+            run_on_host(host, f"rm -rf {shlex.quote(remote)}", sudo)
         extras = {"expectations.json": expect.to_json(), "controller/drift.json": drift_of(reached)}
     report = os.path.join(VERIFY_REPORTS, f"{host.name}.json")
     if os.path.exists(report):

@@ -58,7 +58,7 @@ class NodeReport:
             "status": self.status,
             "differences": [
                 {"stage": d.stage, "kind": d.kind, "item": d.item, "expected": plain(d.expected),
-                 "actual": plain(d.actual), **self.diff_of(d)}
+                 "actual": plain(d.actual), **({"file": d.source} if d.source else {}), **self.diff_of(d)}
                 for d in self.differences
             ],
             "problems": list(self.problems),

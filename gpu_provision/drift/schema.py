@@ -48,6 +48,8 @@ REPORT_SCHEMA: dict[str, Any] = {
                                 "item": {"type": "string"},
                                 "expected": {},
                                 "actual": {},
+                                "file": {"type": "string", "description": "the file the finding was read from, "
+                                         "where the item is not that file itself"},
                                 "diff": {"type": "string", "description": "unified diff of the file's content, "
                                          "node to cluster file, secrets hidden"},
                             },

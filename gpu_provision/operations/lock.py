@@ -29,10 +29,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyinfra import logger
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import operation
 from pyinfra.api.state import BaseStateCallback
 
 from gpu_provision.operations.commands import connector_arguments, fail_command, this_host
+from gpu_provision.operations.remote import run_on_host
 
 LOCK_PATH = "/var/lib/gpu-provision/run.lock"
 #: Seconds a holder's lock stays valid without renewal. It is renewed before every stage, so this is the longest a
@@ -139,12 +140,12 @@ def pid_gone(holder: Holder) -> bool:
 def _ask(target: Any, command: str, op_hash: str | None = None) -> dict[str, Any]:
     """Run ``command`` with the operation's connector arguments (sudo for a non-root login); its JSON answer."""
     arguments = connector_arguments(target.state, target, op_hash or target.executing_op_hash)
-    ok, output = target.run_shell_command(StringCommand(command), print_output=False, print_input=False,
-                                          **arguments)
-    lines = [str(getattr(line, "line", line)) for line in output.stdout_lines]
-    if not ok or not lines:
-        errors = [str(getattr(line, "line", line)) for line in output.stderr_lines]
-        return {"result": "error", "error": " ".join(errors[-3:]) or "no answer (is python3 installed?)"}
+    ran = run_on_host(target, command, arguments)
+    lines = ran.stdout_lines
+    if not ran.ok:
+        return {"result": "error", "error": ran.failure}
+    if not lines:
+        return {"result": "error", "error": "no answer (is python3 installed?)"}
     try:
         return dict(json.loads(lines[-1]))
     except ValueError:

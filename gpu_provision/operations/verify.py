@@ -15,36 +15,17 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import Any
 
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import operation
 
 from gpu_provision import bundle
-from gpu_provision.operations.commands import connector_arguments, this_host
+from gpu_provision.operations.commands import this_host
+from gpu_provision.operations.remote import run_on_host
+from gpu_provision.verify.agentrun import AgentRun
 
 #: What the command prints when no agent ran at all (it still succeeds, so the report says why).
 NOT_RUN = "verification agent did not run (is python3 installed?)"
-
-
-@dataclass
-class AgentRun:
-    """What one agent run printed, filled in when its operation executes (read it as pyinfra's ``OperationMeta``
-    is read: :meth:`is_complete`, :meth:`did_succeed`, ``stdout``, ``stderr_lines``)."""
-
-    complete: bool = False
-    succeeded: bool = False
-    stdout: str = ""
-    stderr_lines: list[str] = field(default_factory=list)
-
-    def is_complete(self) -> bool:
-        """Whether the agent command ran (an earlier failed operation keeps it from running)."""
-        return self.complete
-
-    def did_succeed(self) -> bool:
-        """Whether the command succeeded, i.e. printed a report or :data:`NOT_RUN` (see :func:`agent_command`)."""
-        return self.succeeded
-
 
 def agent_command(agent_path: str, expect_path: str) -> str:
     """The shell command that runs the agent (the node bundle's ``verify`` entry) on an expectations file and
@@ -59,15 +40,7 @@ def agent_command(agent_path: str, expect_path: str) -> str:
 
 def run_agent(host: Any, command: str, ran: AgentRun) -> None:
     """Run ``command`` on ``host`` with the executing operation's connector arguments and record it in ``ran``."""
-    arguments = connector_arguments(host.state, host, host.executing_op_hash)
-    try:
-        ok, output = host.run_shell_command(StringCommand(command), print_output=host.state.print_output,
-                                            print_input=host.state.print_input, **arguments)
-    except (OSError, TimeoutError) as exc:  # a dropped connection or the command timeout: the report says which
-        ok, stdout, stderr = False, "", [f"{type(exc).__name__}: {exc}"]
-    else:
-        stdout, stderr = "\n".join(output.stdout_lines), list(output.stderr_lines)
-    ran.complete, ran.succeeded, ran.stdout, ran.stderr_lines = True, ok, stdout, stderr
+    ran.record(run_on_host(host, command, print_output=host.state.print_output, print_input=host.state.print_input))
 
 
 def fail_host(host: Any) -> None:

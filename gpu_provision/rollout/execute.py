@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.api import Inventory, StringCommand
+from pyinfra.api import Inventory
 from pyinfra.context import ctx_host, ctx_state
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet
 from gpu_provision.node.mig.holders import MODE_HOLDERS, holding, start_again_command, states_command
+from gpu_provision.operations.commands import connector_arguments
+from gpu_provision.operations.remote import HostCommand, run_on_host
 from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
 from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, RolloutNode, RolloutRun
 from gpu_provision.rollout.kubectl import KubectlApi
@@ -68,17 +70,14 @@ def policy_of(cluster: Cluster, max_parallel: int | None = None,
                   drain_empty_dir=r.drain.delete_empty_dir, gpu_containers=r.gpu_containers, poll=poll)
 
 
-def _run(reached: Reached, command: str, stdin: str | None = None) -> tuple[bool, str, str]:
-    """One shell command on a reached host (sudo when the login is not root): ok, stdout, stderr."""
+def _run(reached: Reached, command: str, stdin: str | None = None) -> HostCommand:
+    """One shell command on a reached host with the host's connector arguments (sudo, its password and user when
+    the login is not root)."""
     host = reached.host
-    extra: dict[str, Any] = {"_sudo": True} if host.data.get("_sudo") else {}
-    if stdin is not None:
-        extra["_stdin"] = stdin
     with ctx_state.use(reached.state), ctx_host.use(host):
-        ok, output = host.run_shell_command(StringCommand(command), print_output=False, print_input=False, **extra)
-    out = "\n".join(str(getattr(line, "line", line)) for line in output.stdout_lines)
-    err = "\n".join(str(getattr(line, "line", line)) for line in output.stderr_lines)
-    return bool(ok), out, err
+        arguments = {k: v for k, v in connector_arguments(reached.state, host, None).items()
+                     if k not in ("_stdin", "_timeout")}
+        return run_on_host(host, command, arguments, stdin=stdin)
 
 
 class HostKubectl:
@@ -106,9 +105,10 @@ class HostKubectl:
                 return 255, "", f"control plane {self.control_plane} is not connected"
             with self.lock:
                 self.calls += 1
-                ok, out, err = _run(self.reached, command, stdin)
-            if ok or API_DOWN not in err or time.monotonic() >= deadline:
-                return (0 if ok else 1), out, err
+                ran = _run(self.reached, command, stdin)
+            if ran.ok or API_DOWN not in ran.stderr or time.monotonic() >= deadline:
+                status = ran.exit_status if ran.exit_status is not None else (0 if ran.ok else 255)
+                return status, ran.stdout, ran.stderr if ran.ok else ran.failure
             time.sleep(2)
 
 
@@ -121,41 +121,36 @@ class RemoteNode:
     report_dir: str | None = None
     stages: tuple[str, ...] = CHANGE_STAGES
 
-    def _last_error(self, err: str) -> str:
-        lines = [line for line in err.splitlines() if line.strip()]
-        return " / ".join(lines[-3:]) or self.reached.log.last_error or "failed with no message"
-
     def recorded(self) -> Record | None:
         """The state file, None when there is none."""
-        ok, out, _ = _run(self.reached, f"cat {STATE_FILE} 2>/dev/null || true")
-        return record_from_file(out) if ok and out.strip() else None
+        ran = _run(self.reached, f"cat {STATE_FILE} 2>/dev/null || true")
+        return record_from_file(ran.stdout) if ran.ok and ran.stdout.strip() else None
 
     def record(self, record: Record) -> None:
         """Write the state file atomically (a temporary file in the same directory, synced, renamed)."""
         folder = STATE_FILE.rsplit("/", 1)[0]
-        ok, _, err = _run(self.reached, f"umask 022 && mkdir -p {folder} && cat > {STATE_FILE}.tmp && "
+        ran = _run(self.reached, f"umask 022 && mkdir -p {folder} && cat > {STATE_FILE}.tmp && "
                                         f"sync {STATE_FILE}.tmp && mv -f {STATE_FILE}.tmp {STATE_FILE}",
                           stdin=json.dumps(record.to_json()) + "\n")
-        if not ok:
-            raise GpuProvisionError(f"cannot write {STATE_FILE}: {self._last_error(err)}")
+        if not ran.ok:
+            raise GpuProvisionError(f"cannot write {STATE_FILE}: {ran.failure}")
 
     def gpu_containers(self) -> list[Container]:
         """GPU containers running through docker or ctr."""
-        ok, out, err = _run(self.reached, LIST_COMMAND)
-        if not ok:
-            raise GpuProvisionError(f"cannot list the containers: {self._last_error(err)}")
-        return parse_listing(out)
+        ran = _run(self.reached, LIST_COMMAND)
+        if not ran.ok:
+            raise GpuProvisionError(f"cannot list the containers: {ran.failure}")
+        return parse_listing(ran.stdout)
 
     def stop_container(self, container: Container) -> None:
         """Stop one container as its runtime does."""
-        ok, _, err = _run(self.reached, container.stop_command())
-        if not ok:
-            raise GpuProvisionError(f"cannot stop {container.describe()}: {self._last_error(err)}")
+        ran = _run(self.reached, container.stop_command())
+        if not ran.ok:
+            raise GpuProvisionError(f"cannot stop {container.describe()}: {ran.failure}")
 
     def _holders(self) -> list[str]:
         units = sorted(MODE_HOLDERS)
-        _, out, _ = _run(self.reached, states_command(units))
-        held = holding(dict(zip(units, out.split(), strict=False)))
+        held = holding(dict(zip(units, _run(self.reached, states_command(units)).stdout.split(), strict=False)))
         keep = CONTROL_PLANE_KEEPS if self.control_plane else ()
         return [u for u in MODE_HOLDERS if u in held and u not in keep]
 
@@ -166,9 +161,9 @@ class RemoteNode:
 
         stopped = self._holders()
         if stopped:
-            ok, _, err = _run(self.reached, "systemctl stop " + " ".join(stopped))
-            if not ok:
-                return f"cannot stop the GPU clients {', '.join(stopped)}: {self._last_error(err)}"
+            ran = _run(self.reached, "systemctl stop " + " ".join(stopped))
+            if not ran.ok:
+                return f"cannot stop the GPU clients {', '.join(stopped)}: {ran.failure}"
         reason = self._reboot_when_needed()
         if reason is None:
             try:
@@ -176,13 +171,19 @@ class RemoteNode:
             except Exception as exc:  # pyinfra raises for a host it lost
                 ok, reason = False, f"{type(exc).__name__}: {exc}"
             else:
-                reason = None if ok else f"the deploy failed: {self.reached.log.last_error or 'see its output'}"
+                reason = None if ok else self._deploy_failure()
         if reason is None:
             reason = self._reboot_when_needed()
         if stopped:
             # Started again unless the change already did (or a reboot did, for enabled units).
             _run(self.reached, start_again_command(stopped))
         return reason
+
+    def _deploy_failure(self) -> str:
+        """``the deploy failed at OPERATION: COMMAND exited N: last lines`` (as the fleet's command log told it)."""
+        log = self.reached.log
+        at = f" at {log.failed_operation}" if log.failed_operation else ""
+        return f"the deploy failed{at}: {log.last_failure or 'see its output'}"
 
     def _reboot_when_needed(self) -> str | None:
         """Reboot the node when its driver needs it (the driver stage's own reason, read now), the file allows it
@@ -240,10 +241,10 @@ def reboot(reached: Reached, why: str) -> str | None:
     """
     host = reached.host
     token = os.urandom(8).hex()
-    ok, _, err = _run(reached, f"mkdir -p {BOOT_MARK.rsplit('/', 1)[0]} && echo {token} > {BOOT_MARK} && "
+    ran = _run(reached, f"mkdir -p {BOOT_MARK.rsplit('/', 1)[0]} && echo {token} > {BOOT_MARK} && "
                                "( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
-    if not ok:
-        return f"cannot reboot ({why}): {err.strip()[-200:]}"
+    if not ran.ok:
+        return f"cannot reboot ({why}): {ran.failure}"
     time.sleep(5)
     host.disconnect()
     deadline = time.monotonic() + REBOOT_TIMEOUT_S
@@ -255,8 +256,8 @@ def reboot(reached: Reached, why: str) -> str | None:
             continue
         if not host.connected:
             continue
-        ok, out, _ = _run(reached, f"cat {BOOT_MARK} 2>/dev/null || true")
-        if ok and token not in out:
+        ran = _run(reached, f"cat {BOOT_MARK} 2>/dev/null || true")
+        if ran.ok and token not in ran.stdout:
             _run(reached, "timeout 300 systemctl is-system-running --wait >/dev/null 2>&1 || true")
             return None
         host.disconnect()

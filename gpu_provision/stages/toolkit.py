@@ -101,10 +101,17 @@ def runtime_missing(node: Node, state: NodeStateData, kinds: Sequence[str] | Non
     + kinds: the runtimes to look at (default: the node's own; :func:`gpu_provision.stages.runtime.runtimes` adds
       containerd where kubelet uses it under Docker)
     """
+    found = runtime_finding(node, state, kinds)
+    return found[0] if found else None
+
+
+def runtime_finding(node: Node, state: NodeStateData,
+                    kinds: Sequence[str] | None = None) -> tuple[str, tuple[str, ...]] | None:
+    """:func:`runtime_missing`'s reason with the configuration files it was read from, or None."""
     for kind in kinds or (node.container_runtime.kind,):
         reason = _missing_for(kind, node.toolkit.default_runtime, state)
         if reason:
-            return reason
+            return reason, (DAEMON_JSON,) if kind == "docker" else (CONTAINERD_CONFIG, NVIDIA_DROPIN)
     return None
 
 
@@ -158,11 +165,13 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     if not managed(node):
         return []
     kinds = runtime.runtimes(node, cluster)
-    checks = [("nvidia-runtime", "+".join(kinds), runtime_missing(node, state, kinds)),
-              ("dev-char", "/dev/char", dev_char_missing(state))]
+    registered = runtime_finding(node, state, kinds)
+    checks = [("nvidia-runtime", "+".join(kinds), *(registered or (None, ()))),
+              ("dev-char", "/dev/char", dev_char_missing(state), ())]
     if node.toolkit.cdi:
-        checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state)))
-    return [Difference(kind, item, "present and current", reason, NAME) for kind, item, reason in checks if reason]
+        checks.append(("cdi-spec", CDI_SPEC, cdi_outdated(state), ()))
+    return [Difference(kind, item, "present and current", reason, NAME, ", ".join(read))
+            for kind, item, reason, read in checks if reason]
 
 
 @deploy("NVIDIA container toolkit")

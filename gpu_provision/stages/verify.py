@@ -23,8 +23,8 @@ from gpu_provision import bundle
 from gpu_provision.desired import FileWant
 from gpu_provision.operations import files as node_files
 from gpu_provision.operations import verify as verification
-from gpu_provision.operations.verify import AgentRun
 from gpu_provision.verify import agent
+from gpu_provision.verify.agentrun import AgentRun
 from gpu_provision.verify.expect import expectations_for_host
 from gpu_provision.verify.report import report_from_run
 from gpu_provision.verify.table import format_table, terminal_width

@@ -13,13 +13,14 @@ import json
 import os
 from typing import Any
 
-from pyinfra.api import Inventory, StringCommand
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+from pyinfra.api import Inventory
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, HostResult, Progress, Reached, load_inventory, run_fleet
-from gpu_provision.operations.verify import AgentRun
+from gpu_provision.operations.commands import connector_arguments
+from gpu_provision.operations.remote import run_on_host
 from gpu_provision.verify import agent
+from gpu_provision.verify.agentrun import AgentRun
 from gpu_provision.verify.report import error_report, report_from_run
 
 
@@ -47,12 +48,11 @@ def verify_host(reached: Reached, remote_dir: str | None = None, report_dir: str
     if expectations is None:
         return None
     cache_dir = remote_dir or host.data.get("gpu_provision_verify_dir") or agent.AGENT_CACHE
-    ran = _run(reached, StringCommand(agent.run_command(expectations, keep, cache_dir)))
+    ran = _run(reached, agent.run_command(expectations, keep, cache_dir))
     if ran.succeeded and agent.is_miss(ran.stdout):
         script, data = agent.install_command(cache_dir)
-        installed = _run(reached, StringCommand(script, _stdin=data))
-        ran = _run(reached, StringCommand(agent.run_command(expectations, keep, cache_dir))) \
-            if installed.succeeded else installed
+        installed = _run(reached, script, stdin=data)
+        ran = _run(reached, agent.run_command(expectations, keep, cache_dir)) if installed.succeeded else installed
         if ran.succeeded and agent.is_miss(ran.stdout):
             ran.stdout = ""
             ran.stderr_lines = [f"the agent was installed but {cache_dir} is not root's alone (mode 0700)"]
@@ -65,21 +65,13 @@ def verify_host(reached: Reached, remote_dir: str | None = None, report_dir: str
     return report
 
 
-def _run(reached: Reached, command: StringCommand) -> AgentRun:
+def _run(reached: Reached, command: str, stdin: str | None = None) -> AgentRun:
     """Run ``command`` on the host with its connector arguments from the inventory (``_sudo``, ``_timeout``,
-    ...) and its own (``_stdin``), as an operation would; what it printed, as an :class:`AgentRun`."""
+    ...) and ``stdin``, as an operation would; what it printed, as an :class:`AgentRun`."""
     host = reached.host
-    arguments, _ = pop_global_arguments(reached.state, host, {})
-    connector = {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS  # type: ignore[literal-required]
-                 if key in arguments and key != "_stdin"}
-    connector.update(command.connector_arguments)  # as an operation merges them: the command's _stdin
-    ran = AgentRun(complete=True)
-    try:
-        ok, output = host.run_shell_command(command, **connector)
-    except (OSError, TimeoutError) as exc:  # a dropped connection or the command timeout: the report says which
-        ran.stderr_lines = [f"{type(exc).__name__}: {exc}"]
-        return ran
-    ran.succeeded, ran.stdout, ran.stderr_lines = ok, "\n".join(output.stdout_lines), list(output.stderr_lines)
+    arguments = {k: v for k, v in connector_arguments(reached.state, host, None).items() if k != "_stdin"}
+    ran = AgentRun()
+    ran.record(run_on_host(host, command, arguments, stdin=stdin))
     return ran
 
 

@@ -62,6 +62,8 @@ def report_from_run(node: str, ran: Any) -> dict[str, Any]:
     if not ran.is_complete():
         return error_report(node, NOT_RUN)
     if not ran.did_succeed():
+        if getattr(ran, "failure", ""):
+            return error_report(node, f"agent run failed: {ran.failure}")
         tail = [line for line in ran.stderr_lines if line.strip()][-1:] or ["the command failed or timed out"]
         return error_report(node, f"agent run failed: {tail[0][:200]}")
     if not ran.stdout.strip():

@@ -309,3 +309,20 @@ def test_node_labels_waits_only_for_nodes_that_can_still_join() -> None:
     assert [c.split(" node ")[1].split()[0] for c in commands] == ["g1", "g2", "g2"]
     assert "seq 60" in commands[1]
     assert [n.split()[1] for n in host.noops] == ["g3", "g4"]
+
+
+def test_a_failed_join_names_the_command_its_status_and_tail(example: Cluster) -> None:
+    from gpu_provision.operations.remote import STATUS_MARK
+
+    control = FakeHost({}, name="cp-01", replies={"kubeadm token create": (True, [JOIN_LINE], [])})
+    worker = FakeHost({"files": {}, "kubernetes": {"addresses": ["10.77.0.12"]}}, name="h200-01",
+                      replies={"umask 077": (False, [], [f"bad token {TOKEN}", "", f"{STATUS_MARK}1"])})
+    state = SimpleNamespace(inventory=SimpleNamespace(get_host=lambda name, default: control))
+    assert membership.do_join(state, worker, example, example.node("h200-01"), "cp-01", None) is False
+    (logged,) = worker.logs
+    assert logged.startswith("kubeadm join: umask 077 && mkdir -p /run/gpu-provision") and TOKEN not in logged
+    assert logged.endswith(" exited 1: bad token ***")
+    control.replies = {"kubeadm token create": (False, [], ["no admin.conf", "", f"{STATUS_MARK}2"])}
+    assert membership.do_join(state, worker, example, example.node("h200-01"), "cp-01", None) is False
+    assert worker.logs[-1] == ("join: on cp-01: kubeadm token *** --ttl 15m --print-join-command exited 2: "  # redaction hides the word after "token"
+                               "no admin.conf")

@@ -123,3 +123,11 @@ def test_planning_takes_no_lock(tmp_path: Path) -> None:
     host = LockHost()
     host.executing_op_hash = None
     assert _take(host, tmp_path / "run.lock") == [] and not (tmp_path / "run.lock").exists()
+
+
+def test_a_lock_that_cannot_be_taken_names_the_command_its_status_and_tail(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    (refused,) = _take(LockHost(), blocker / "run.lock")
+    assert "cannot take the run lock" in refused and "python3 -c " in refused
+    assert "exited 1: " in refused and "File exists" in refused

@@ -12,7 +12,8 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host
 
-from gpu_provision.operations.verify import NOT_RUN, AgentRun, agent_command, agent_report
+from gpu_provision.operations.verify import NOT_RUN, agent_command, agent_report
+from gpu_provision.verify.agentrun import AgentRun
 from gpu_provision.verify.report import report_from_run, schema_problems
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"

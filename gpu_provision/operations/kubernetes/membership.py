@@ -27,6 +27,7 @@ from gpu_provision.operations.kubernetes.probe import (
     kubernetes_request,
     kubernetes_section,
 )
+from gpu_provision.operations.remote import run_on_host
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import Request
 
@@ -84,24 +85,11 @@ def parse_certificate_key(lines: Sequence[str]) -> str:
     raise ValueError("kubeadm printed no certificate key")
 
 
-def _scrub(lines: Sequence[str], *secrets: str) -> list[str]:
-    out = []
-    for line in lines:
-        for secret in secrets:
-            line = line.replace(secret, "***")
-        out.append(line)
-    return out
-
-
 def join_script() -> str:
     """The node-side command of a join: config from stdin into a private tmpfs file, join, remove the file."""
     return (f"umask 077 && mkdir -p {JOIN_DIR} && cat > {JOIN_FILE} && "
             f"{{ kubeadm join --config {JOIN_FILE} > /var/log/gpu-provision-kubeadm-join.log 2>&1; rc=$?; "
             f"rm -f {JOIN_FILE}; [ $rc = 0 ] || tail -n 20 /var/log/gpu-provision-kubeadm-join.log >&2; exit $rc; }}")
-
-
-def _lines(output: Any) -> list[str]:
-    return [str(line.line if hasattr(line, "line") else line) for line in output]
 
 
 def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: str, address: str | None) -> bool:
@@ -114,29 +102,25 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
         host.log_styled(f"join: control plane {control_plane} is not in this run's inventory", fg="red")
         return False
     on_source = connector_arguments(state, source, host.executing_op_hash)
-    ok, output = source.run_shell_command(f"kubeadm token create --ttl {TOKEN_TTL} --print-join-command",
-                                          print_output=False, print_input=False, **on_source)
-    if not ok:
-        host.log_styled(f"join: kubeadm token create failed on {control_plane}", fg="red")
+    made = run_on_host(source, f"kubeadm token create --ttl {TOKEN_TTL} --print-join-command", on_source)
+    if not made.ok:
+        host.log_styled(f"join: on {control_plane}: {made.failure}", fg="red")
         return False
-    endpoint, token, ca_hash = parse_join_command("\n".join(_lines(output.stdout_lines)))
+    endpoint, token, ca_hash = parse_join_command(made.stdout)
     secrets = [token]
     certificate_key = None
     if node.role == "control-plane":
-        ok, output = source.run_shell_command("kubeadm init phase upload-certs --upload-certs",
-                                              print_output=False, print_input=False, **on_source)
-        if not ok:
-            host.log_styled(f"join: uploading certificates failed on {control_plane}", fg="red")
+        uploaded = run_on_host(source, "kubeadm init phase upload-certs --upload-certs", on_source)
+        if not uploaded.ok:
+            host.log_styled(f"join: on {control_plane}: {uploaded.failure}", fg="red")
             return False
-        certificate_key = parse_certificate_key(_lines(output.stdout_lines))
+        certificate_key = parse_certificate_key(uploaded.stdout_lines)
         secrets.append(certificate_key)
     config = join_configuration(cluster, node, endpoint, token, ca_hash, certificate_key, address)
-    on_host = {**connector_arguments(state, host, host.executing_op_hash),
-               "_stdin": json.dumps(config, indent=2) + "\n"}
-    ok, output = host.run_shell_command(join_script(), print_output=False, print_input=False, **on_host)
-    if not ok:
-        for line in _scrub(_lines(output.stderr_lines), *secrets)[-20:]:
-            host.log_styled(f"kubeadm join: {line}", fg="red")
+    joined = run_on_host(host, join_script(), connector_arguments(state, host, host.executing_op_hash),
+                         stdin=json.dumps(config, indent=2) + "\n", secrets=secrets)
+    if not joined.ok:
+        host.log_styled(f"kubeadm join: {joined.failure}", fg="red")
         return False
     return True
 
