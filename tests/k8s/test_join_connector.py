@@ -88,6 +88,20 @@ def test_join_runs_every_command_with_its_hosts_arguments(example: Cluster) -> N
     assert json.loads(join_kwargs["_stdin"])["discovery"]["bootstrapToken"]["token"] == TOKEN
 
 
+def test_a_control_plane_outside_the_run_is_named_not_a_traceback(example: Cluster) -> None:
+    """Seen on the rig: ``pyinfra ... --limit rig-mig`` left the control plane unconnected and the join ended in
+    an AssertionError traceback from pyinfra's ssh connector."""
+    state, control, worker = sudo_state()
+    state.activated_hosts.discard(control)
+    worker.executing_op_hash = one_operation(state)
+    logs: list[str] = []
+    worker.log_styled = lambda message, **_: logs.append(message)
+    on_control = recorder(control, {})
+    assert membership.do_join(state, worker, example, example.node("h200-01"), "cp-01", None) is False
+    assert on_control == []
+    assert logs == ["join: control plane cp-01 is not part of this run: add --limit cp-01 (it makes the join token)"]
+
+
 @pytest.mark.parametrize("data", [{}, {"_sudo": False}])
 def test_a_root_login_gets_no_sudo(data: dict[str, Any]) -> None:
     inventory = Inventory(([("cp-01", {"ssh_user": "root", **data})], {}))

@@ -101,6 +101,11 @@ def do_join(state: Any, host: Any, cluster: Cluster, node: Node, control_plane: 
     if source is None:
         host.log_styled(f"join: control plane {control_plane} is not in this run's inventory", fg="red")
         return False
+    if source not in getattr(state, "activated_hosts", {source}):
+        # pyinfra connects only the hosts of --limit; the control plane makes the join token, so it must be one.
+        host.log_styled(f"join: control plane {control_plane} is not part of this run: add --limit {control_plane} "
+                        "(it makes the join token)", fg="red")
+        return False
     on_source = connector_arguments(state, source, host.executing_op_hash)
     made = run_on_host(source, f"kubeadm token create --ttl {TOKEN_TTL} --print-join-command", on_source)
     if not made.ok:
