@@ -84,7 +84,9 @@ def write_cluster(path: Path, hosts: list[tuple[str, str]], key: Path, known_hos
     doc = {"version": "v1",
            "cluster": {"name": "bench", "kubernetes": {"enabled": False},
                        "ssh": {"user": "root", "key": str(key), "known_hosts": str(known_hosts),
-                               "strict_host_key_checking": True, "connect_timeout": connect_timeout}},
+                               "strict_host_key_checking": True, "connect_timeout": connect_timeout},
+                       # Controller files come only from the cluster file's directory and those it names.
+                       "controller_dirs": sorted({str(key.parent), str(known_hosts.parent)})},
            "nodes": [{"name": name, "address": address, **({"gpus": gpus} if gpus else {})} for name, address in hosts]}
     path.write_text(json.dumps(doc, indent=1))
     return path

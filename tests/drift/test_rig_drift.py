@@ -70,6 +70,7 @@ def cluster(rig: Rig, tmp_path: Path) -> Path:
     doc = json.loads(path.read_text())
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts),
                                  strict_host_key_checking=True)
+    doc["cluster"]["controller_dirs"] = [str(rig.paths.state)]  # the key and known_hosts live there
     path.write_text(json.dumps(doc))
     return path
 
