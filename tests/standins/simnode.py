@@ -12,6 +12,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "rig" / "gpu_provision_rig" / "sim" / "gpusim.py"
+#: The simulator's modules: its entry point ``gpusim.py`` and the modules beside it, shipped together.
+SIM_MODULES = sorted(SIM.parent.glob("*.py"))
 FIXTURES = REPO / "tests" / "fixtures"
 FIXTURE_QUERY = (
     "index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.current,mig.mode.pending,persistence_mode,"

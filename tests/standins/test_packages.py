@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from simnode import H200X2_HOST
+from simnode import H200X2_HOST, SIM_MODULES
 
 from gpu_provision_rig import debs
 
@@ -73,6 +73,13 @@ def test_relations_and_paths(built: list[debs.BuiltDeb]) -> None:
         "nvidia-driver (= 580.159.04-1), nvidia-kernel-open-dkms (= 580.159.04-1)")
     assert field(find(built, "cuda-drivers", "580.126.09-1"), "Depends") == (
         "nvidia-driver (= 580.126.09-1), nvidia-kernel-dkms (= 580.126.09-1)")
+
+
+def test_the_driver_ships_every_simulator_module(built: list[debs.BuiltDeb]) -> None:
+    """``/usr/bin/nvidia-smi`` runs ``/usr/lib/gpu-sim/gpusim.py``, which imports the modules beside it."""
+    for version in ("580.159.04-1", "580.126.09-1"):
+        shipped = contents(find(built, "nvidia-driver", version))
+        assert {f"/usr/lib/gpu-sim/{path.name}" for path in SIM_MODULES} <= shipped
     base = find(built, "nvidia-container-toolkit-base")
     assert {"/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-runtime",
             "/etc/nvidia-container-runtime/config.toml"} <= contents(base)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from simnode import H200X2_HOST, SIM, SimNode
+from simnode import H200X2_HOST, SIM, SIM_MODULES, SimNode
 
 from gpu_provision.node import catalog
 
@@ -26,6 +26,6 @@ def test_installed_layout_reads_models_through_the_catalog_beside_it(sim_node: S
 
 
 def test_simulator_has_no_model_file_reader_of_its_own() -> None:
-    source = SIM.read_text()
+    source = "".join(path.read_text() for path in SIM_MODULES)
     assert "load_model(model_key, models_dir)" in source
     assert '".json"' not in source

@@ -10,6 +10,12 @@ import os
 import re
 from typing import Any
 
+from gpusim_config import date_line
+from gpusim_hardware import Gpu
+from gpusim_output import enabled_word
+from gpusim_placement import gi_memory_mib
+from gpusim_state import State, fb_memory
+
 TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 LABEL_WIDTH = 55
 
@@ -27,16 +33,11 @@ def _kv(level: int, label: str, value: Any) -> str:
     return ("    " * level + label).ljust(LABEL_WIDTH) + ": " + str(value) + "\n"
 
 
-def _values(gpu: Any, state: Any, info: dict) -> dict[str, Any]:
+def _values(gpu: Gpu, state: State, info: dict) -> dict[str, Any]:
     """Per-GPU values for the template markers."""
-    import gpusim  # noqa: PLC0415 - the sibling module that imported this one
-
     gs = state.gpu_state(gpu)
     t = gpu.telemetry
-    used = gpusim.mem_used(state, gpu)
-    total = int(gpu.hwv("memory_total_mib", 0))
-    reserved = int(gpu.hwv("memory_reserved_mib", 0))
-    free = int(gpu.hwv("memory_free_idle_mib", total - reserved)) - used
+    total, reserved, used, free = fb_memory(state, gpu)
     bar1 = int(gpu.hwv("bar1_total_mib", 0))
     domain, bus, devfn = gpu.bus_id.split(":")
     device = devfn.split(".")[0]
@@ -53,8 +54,8 @@ def _values(gpu: Any, state: Any, info: dict) -> dict[str, Any]:
         "name": gpu.name,
         "architecture": gpu.architecture,
         "persistence": "Enabled" if state.persistence(gpu) else "Disabled",
-        "mig_current": gpusim._mig_mode(gs["mig_current"]) if gpu.mig_capable else "N/A",
-        "mig_pending": gpusim._mig_mode(gs["mig_pending"]) if gpu.mig_capable else "N/A",
+        "mig_current": enabled_word(gs["mig_current"]) if gpu.mig_capable else "N/A",
+        "mig_pending": enabled_word(gs["mig_pending"]) if gpu.mig_capable else "N/A",
         "serial": gpu.serial,
         "uuid": gpu.uuid,
         "pdi": gpu.entry.get("pdi", "0x" + gpu.uuid.replace("-", "")[-16:]),
@@ -110,9 +111,7 @@ def _values(gpu: Any, state: Any, info: dict) -> dict[str, Any]:
     }
 
 
-def _mig_devices(gpu: Any, state: Any, xml: bool) -> str:
-    import gpusim  # noqa: PLC0415
-
+def _mig_devices(gpu: Gpu, state: State, xml: bool) -> str:
     gs = state.gpu_state(gpu)
     devices = []
     if gs["mig_current"]:
@@ -120,7 +119,7 @@ def _mig_devices(gpu: Any, state: Any, xml: bool) -> str:
             profile = next(p for p in gpu.profiles if int(p["id"]) == gi["profile_id"])
             res = gpu.resources(profile)
             for ci in gi["cis"]:
-                devices.append((gi, ci, res, gpusim.gi_memory_mib(gpu, gi)))
+                devices.append((gi, ci, res, gi_memory_mib(gpu, gi)))
     if xml:
         if not devices:
             return "\t\t<mig_devices>\n\t\t\tNone\n\t\t</mig_devices>" if not gs["mig_current"] else "\t\t<mig_devices>\n\t\t</mig_devices>"
@@ -167,7 +166,7 @@ def _mig_devices(gpu: Any, state: Any, xml: bool) -> str:
     return text
 
 
-def _processes(gpu: Any, state: Any, xml: bool) -> str:
+def _processes(gpu: Gpu, state: State, xml: bool) -> str:
     procs = state.processes(gpu)
     if xml:
         parts = ["\t\t<processes>"]
@@ -197,11 +196,9 @@ def _processes(gpu: Any, state: Any, xml: bool) -> str:
     return "\n" + text.rstrip("\n")
 
 
-def render(gpus: list, state: Any, info: dict, xml: bool) -> str:
+def render(gpus: list[Gpu], state: State, info: dict, xml: bool) -> str:
     """The whole ``-q`` (text) or ``-q -x`` (XML) document for ``gpus``."""
-    import gpusim  # noqa: PLC0415
-
-    head = {"timestamp": gpusim.date_line(), "version": info["version"], "cuda_version": info["cuda_version"],
+    head = {"timestamp": date_line(), "version": info["version"], "cuda_version": info["cuda_version"],
             "count": len(state.gpus)}
     if xml:
         out = [
