@@ -53,8 +53,8 @@ def lay_out(upper: Path, node: str = ROOT) -> None:
     root = upper / node.lstrip("/")
     shutil.rmtree(root, ignore_errors=True)
     (root / "sim").mkdir(parents=True)
-    for name in ("gpusim.py", "gpusim_query.py"):
-        shutil.copy(SIM / name, root / "sim" / name)
+    for module in SIM.glob("*.py"):  # the simulator is one entry point and the modules beside it
+        shutil.copy(module, root / "sim" / module.name)
     shutil.copytree(SIM / "templates", root / "sim" / "templates")
     shutil.copy(REPO / "gpu_provision" / "node" / "catalog.py", root / "sim" / "catalog.py")
     (root / "data" / "gpus").mkdir(parents=True)
