@@ -28,7 +28,7 @@ ARCHIVE_LINES: tuple[str, ...] = (
     "deb http://deb.debian.org/debian-security bookworm-security main",
 )
 # Bump when _customize changes what it writes, so cached bases are rebuilt.
-CUSTOMIZE_VERSION = 1
+CUSTOMIZE_VERSION = 2
 
 SSHD_CONFIG = """\
 # Written by the gpu-provision rig: one host key made by the rig before boot, root by key only.
@@ -45,6 +45,11 @@ Acquire::http::Proxy "http://{BRIDGE_ADDRESS}:{APT_PROXY_PORT}/";
 // The rig's own package mirror is on the bridge: reach it directly.
 Acquire::http::Proxy::{BRIDGE_ADDRESS} "DIRECT";
 Acquire::Retries "3";
+// A CI run hung for 25 minutes in apt's http method, polling a connection apt-cacher-ng had already closed
+// (CLOSE-WAIT). No pipelining through the proxy (apt.conf(5): Pipeline-Depth, for proxies that mishandle it), and a
+// connection that stays silent for 30 s is given up and retried instead of waited on.
+Acquire::http::Pipeline-Depth "0";
+Acquire::http::Timeout "30";
 """
 
 # Timers that would take the dpkg lock at random moments during a test run.

@@ -92,9 +92,21 @@ class Site:
                                            indent=1))
 
     def pyinfra(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"),
-                               str(REPO / "deploys" / "gpu_node.py")], capture_output=True, text=True,
-                              timeout=1500, cwd=self.workdir, env=self.env)
+        return self.bounded([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"),
+                             str(REPO / "deploys" / "gpu_node.py")])
+
+    def bounded(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` for at most 25 minutes; past that, fail with its output's tail and what each node was still
+        running (a run that hangs says where)."""
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=self.workdir,
+                                  env=self.env)
+        except subprocess.TimeoutExpired as timed_out:
+            out = (timed_out.stdout or b"").decode(errors="replace") if isinstance(timed_out.stdout, bytes) \
+                else (timed_out.stdout or "")
+            busy = {n.name: self.ssh(n, "ps -eo etimes,args --sort=-etimes | head -25").stdout for n in self.nodes}
+            raise AssertionError(f"{argv[2:4]} ran past 1500 s\n{out[-6000:]}\n"
+                                 + "\n".join(f"--- {name}\n{ps}" for name, ps in busy.items())) from None
 
     def argv(self, *args: str) -> list[str]:
         """``rollout [ACTION] INVENTORY OPTIONS``: the action (if any) first, then the inventory, then options."""
@@ -103,8 +115,7 @@ class Site:
                 *args[len(action):], "--json", "--poll", "1", "--report-dir", str(self.workdir / "reports")]
 
     def rollout(self, *args: str) -> tuple[int, dict[str, Any], str]:
-        proc = subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=1500, cwd=self.workdir,
-                              env=self.env)
+        proc = self.bounded(self.argv(*args))
         try:
             doc = json.loads(proc.stdout)
         except ValueError:
