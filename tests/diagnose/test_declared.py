@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from gpu_provision.doctor import DECLARED, RULES, FleetDiagnosis, NodeDiagnosis, examine, from_archive
+from gpu_provision.doctor.evidence import Evidence
 from gpu_provision.node.verify import checks
 from gpu_provision.node.verify.report import build_report
 from gpu_provision.spec import load_cluster
@@ -212,3 +213,19 @@ def test_the_node_entry_puts_the_verification_report_in_the_bundle(tmp_path):
     assert not [c["id"] for c in ev.json("verify/report.json")["checks"] if c["id"].endswith(workloads)]
     assert (f"{dev}/nvidiactl: mode 0600, group {group}; the cluster file wants mode 0666, group {group}"
             in [detail for _, detail, _ in declared(ev)])
+
+
+def test_the_h200_field_script_and_its_cluster_file():
+    """tests/fixtures/device/h200-doctor-declared: the cluster file loads, the script parses, and the finding its
+    README promises is the one the doctor prints for that node's report."""
+    folder = ROOT / "tests" / "fixtures" / "device" / "h200-doctor-declared"
+    assert subprocess.run(["bash", "-n", str(folder / "run.sh")]).returncode == 0
+    expect = from_node(load_cluster(folder / "cluster.yaml").node("h200-node")).to_dict()
+    assert expect["device_permissions"] == {"group": "root", "mode": "0666"}
+    check = checks.device_file_check("node.device_file.nvidiactl", "/dev/nvidiactl",
+                                     {"owner": "root", "group": "root", "mode": "0600"}, expect)
+    doc = build_report("h200-node", "test", "2026-12-02T00:00:00.000Z", 0.1, {}, [check])
+    ev = Evidence(node="@local", files={"verify/report.json": json.dumps(doc)})
+    [(rule, detail, fix)] = declared(ev)
+    readme = (folder / "README.md").read_text()
+    assert f"[{rule}] {detail}\n  fix: {fix}\n" in readme
