@@ -60,19 +60,19 @@ def _difference_concept(difference: dict[str, Any]) -> str:
     return "declared-runtime" if stage in ("runtime", "toolkit") else "declared-other"
 
 
-def target(ev: Evidence) -> fixes.Target:
+def collected(ev: Evidence) -> fixes.Collected:
     """Where the bundle came from: its host, and the node's name in the cluster file (for a connector host such
     as ``@local``, the node the verification report was made for)."""
     if not ev.node.startswith("@"):
-        return fixes.Target(ev.node, ev.node)
-    return fixes.Target(ev.node, str((ev.json(VERIFY_REPORT) or {}).get("node") or "NODE"))
+        return fixes.Collected(ev.node, ev.node)
+    return fixes.Collected(ev.node, str((ev.json(VERIFY_REPORT) or {}).get("node") or "NODE"))
 
 
 def from_checks(ev: Evidence) -> list[Declared]:
     """The failed checks of the node's verification report (none when the bundle has no report, or the agent
     ended with an error: then nothing was judged)."""
     report = ev.json(VERIFY_REPORT) or {}
-    where = target(ev)
+    where = collected(ev)
     out = []
     for check in report.get("checks") or []:
         if check.get("status") != "fail":
@@ -90,7 +90,7 @@ def from_checks(ev: Evidence) -> list[Declared]:
 def from_drift(ev: Evidence, named: set[str]) -> list[Declared]:
     """The drift differences in the bundle, but device files in ``named`` (already reported from a check)."""
     drift = ev.json(DRIFT) or {}
-    where = target(ev)
+    where = collected(ev)
     out = []
     for difference in drift.get("differences") or []:
         concept = _difference_concept(difference)
