@@ -3,9 +3,11 @@
     gpu-provision diagnose [INVENTORY] [--cluster FILE] [--limit NODE]... [--out DIR] [--json] [--no-bug-report]
 
 On each node the bundle's ``diagnose`` entry runs from a temporary folder (the installed bundle and every GPU
-setting stay as they are) and writes the archive, secrets hidden; the controller fetches it and adds what only it
-knows: the cluster file's expectations, the node's drift against the file and the last verification report
-(``reports/verify/<node>.json``). The doctor then reads each archive.
+setting stay as they are) and writes the archive, secrets hidden; in the same command the verification agent's
+state checks judge the node against the file's expectations (``verify/report.json``). The controller fetches the
+archive and adds what only it knows: the cluster file's expectations, the node's drift against the file and the
+last full verification report (``reports/verify/<node>.json``). The doctor then reads each archive: its known-fault
+rules, and every failed check and drift difference as a finding of the declared state.
 
 Exit status: 0 no finding, 1 findings, 2 a node not reached or not collected (or a bad cluster file).
 """
@@ -34,15 +36,17 @@ VERIFY_REPORTS = "reports/verify"
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``diagnose`` command."""
     p = add_command(
-        sub, "diagnose", "collect a support bundle per node and name known faults (exit 0 none, 1 found, 2 error)",
+        sub, "diagnose", "collect a support bundle per node, name known faults and differences from the cluster file "
+        "(exit 0 none, 1 found, 2 error)",
         "Collect a support bundle from every node (versions, nvidia-smi -q -x, the probe's state, drift against the "
-        "cluster file, the last verification report, NVIDIA kernel log lines, unit journals, managed configs, "
-        "nvidia-bug-report.sh output; secrets hidden on the node) into one tar.gz per node, then run the doctor's "
-        "rules on each and print the findings with their fixes. Nothing on the nodes is changed.",
+        "cluster file, the verification agent's state checks against it, NVIDIA kernel log lines, unit journals, "
+        "managed configs, nvidia-bug-report.sh output; secrets hidden on the node) into one tar.gz per node, then "
+        "run the doctor's rules on each, name every way the node differs from what the file declares, and print "
+        "the findings with their fixes. Nothing on the nodes is changed.",
         ["gpu-provision diagnose --cluster site/cluster.yaml",
          "gpu-provision diagnose --cluster site/cluster.yaml --limit gpu-01 --out /tmp/support --json"],
-        findings="a known fault found on a node", errors="a node not reached or its bundle not collected, "
-                                                         "or a bad cluster file")
+        findings="a known fault, or a difference from the cluster file, found on a node",
+        errors="a node not reached or its bundle not collected, or a bad cluster file")
     add_fleet_options(p, f"seconds the collection may run on a node (default: {DEFAULT_TIMEOUT:.0f})")
     p.add_argument("--out", metavar="DIR", help="folder for the bundles (default: ./diagnose-<UTC timestamp>/)")
     p.add_argument("--no-bug-report", action="store_true", help="do not run nvidia-bug-report.sh on the nodes")
@@ -63,9 +67,23 @@ def expectations_of(host: Any) -> Any:
                         runtime=node.container_runtime.kind, kubernetes=cluster.kubernetes.enabled)
 
 
-def node_request(expect: Any, bug_report: bool) -> dict[str, Any]:
-    """The node entry's ``--request``: the users and images to read, and whether to run nvidia-bug-report.sh."""
-    return {"users": list(expect.users), "images": sorted(expect.images), "bug_report": bug_report}
+def verify_expectations(host: Any) -> dict[str, Any] | None:
+    """The verification agent's expectations for the host's node, as ``gpu-provision verify`` sends them; None for
+    a host the file gives no GPUs or does not name (its bundle is still collected, without a verification)."""
+    from gpu_provision.verify.expect import expectations_for_host
+
+    try:
+        text = expectations_for_host(host)
+    except Exception:  # a host outside the cluster file (@local without GPU_PROVISION_NODE)
+        return None
+    return json.loads(text) if text else None
+
+
+def node_request(expect: Any, bug_report: bool, verify: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The node entry's ``--request``: the users and images to read, whether to run nvidia-bug-report.sh, and the
+    verification expectations to judge the node against (left out when there are none)."""
+    request = {"users": list(expect.users), "images": sorted(expect.images), "bug_report": bug_report}
+    return {**request, "verify": verify} if verify else request
 
 
 def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None) -> str:
@@ -101,7 +119,7 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
             if not host.put_file(io.BytesIO(bundle.build()), f"{remote}/{bundle.BUNDLE_NAME}", **sudo):
                 raise GpuProvisionError("cannot upload the node bundle")
             command = bundle.command("diagnose", "--out", f"{remote}/bundle.tar.gz", "--request",
-                                     json.dumps(node_request(expect, bug_report)),
+                                     json.dumps(node_request(expect, bug_report, verify_expectations(host))),
                                      bundle=f"{remote}/{bundle.BUNDLE_NAME}")
             collected = run_on_host(host, command, sudo, timeout=timeout)
             if not collected.ok:
@@ -176,14 +194,14 @@ def add_to_archive(path: str, documents: dict[str, Any]) -> None:
 
 def diagnosis_of(result: Any) -> Any:
     """A host's diagnosis from its fleet result: the doctor's findings on its archive, or why there is none."""
-    from gpu_provision.doctor import NodeDiagnosis, examine, from_archive
+    from gpu_provision.doctor import DECLARED, RULES, NodeDiagnosis, examine, from_archive
 
     if result.unreached is not None:
         return NodeDiagnosis(node=result.name, error=result.unreached)
     if isinstance(result.value, Exception):
         return NodeDiagnosis(node=result.name, error=str(result.value))
     return NodeDiagnosis(node=result.name, bundle=result.value,
-                         findings=examine(from_archive(result.value, node=result.name)))
+                         findings=examine(from_archive(result.value, node=result.name), RULES + DECLARED))
 
 
 def run(args: argparse.Namespace) -> int:

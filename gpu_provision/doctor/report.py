@@ -6,25 +6,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_provision.doctor.evidence import Evidence
-from gpu_provision.doctor.rules import RULES, DoctorRule
+from gpu_provision.doctor.rules import RULES, DoctorRule, Found
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One instance of a known fault on a node: the rule that names it and what it saw."""
+    """One instance of a known fault on a node: the rule that names it, what it saw, and the instance's own fix
+    where it has one (else the rule's)."""
 
     rule: DoctorRule
     detail: str
+    own_fix: str = ""
+
+    @property
+    def fix(self) -> str:
+        """What to run or change: the instance's own fix, else the rule's."""
+        return self.own_fix or self.rule.fix
 
     def to_json(self) -> dict[str, str]:
         """The JSON form: rule id, title, detail, explanation, fix."""
         r = self.rule
-        return {"rule": r.id, "title": r.title, "detail": self.detail, "explanation": r.explanation, "fix": r.fix}
+        return {"rule": r.id, "title": r.title, "detail": self.detail, "explanation": r.explanation, "fix": self.fix}
 
 
 def examine(evidence: Evidence, rules: tuple[DoctorRule, ...] = RULES) -> list[Fault]:
     """Every rule run on one node's evidence, in table order."""
-    return [Fault(rule, detail) for rule in rules for detail in rule.check(evidence)]
+    return [Fault(rule, *found) if isinstance(found, Found) else Fault(rule, found)
+            for rule in rules for found in rule.check(evidence)]
 
 
 @dataclass
@@ -70,7 +78,7 @@ class FleetDiagnosis:
             lines.append(f"{n.node}: {len(n.findings) or 'no'} finding{'' if len(n.findings) == 1 else 's'}"
                          f" ({n.bundle})")
             for f in n.findings:
-                lines += [f"  [{f.rule.id}] {f.detail}", f"    fix: {f.rule.fix}"]
+                lines += [f"  [{f.rule.id}] {f.detail}", f"    fix: {f.fix}"]
         counts = (sum(1 for n in self.nodes if n.findings), sum(1 for n in self.nodes if n.error))
         lines.append(f"{len(self.nodes)} node(s): {counts[0]} with findings, {counts[1]} not diagnosed; "
                      f"bundles in {self.out}")

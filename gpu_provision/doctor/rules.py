@@ -9,24 +9,34 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpu_provision.doctor.evidence import Evidence, version_key
 from gpu_provision.doctor.xid import xid_events
 
 
+class Found(NamedTuple):
+    """One instance whose fix is its own (the exact command for that device file, stage or GPU), where the rule's
+    fix alone would leave the reader to work it out."""
+
+    detail: str
+    fix: str
+
+
 @dataclass(frozen=True)
 class DoctorRule:
     """One known fault: ``id``, ``title`` (the symptom users search for), ``evidence`` (bundle items read),
-    ``explanation``, ``fix``, and ``check`` (evidence -> one line per instance found)."""
+    ``explanation``, ``fix``, and ``check`` (evidence -> one line per instance found, or a :class:`Found` where the
+    instance has a fix of its own)."""
 
     id: str
     title: str
     evidence: tuple[str, ...]
     explanation: str
     fix: str
-    check: Callable[[Evidence], list[str]]
+    check: Callable[[Evidence], Sequence[str | Found]]
 
 
 def _image_cuda(image: str, env: list[str], declared: str | None) -> str | None:

@@ -210,3 +210,19 @@ def test_each_reading_is_taken_once(sim_node, monkeypatch: pytest.MonkeyPatch) -
     assert "-q -x" in commands and "-L" in commands
     assert {c.status for c in found} == {"pass", "skip"}
     assert host["gpus"][0]["index"] == 0 and "cuda_wall_s" in host
+
+
+def test_state_checks_start_no_work(sim_node) -> None:  # type: ignore[no-untyped-def]
+    """The support bundle's run (``verify --state``): the node's state against the file, and no CUDA child,
+    container or pod started, so a bad GPU cannot hold the collection."""
+    from gpu_provision.node.verify.main import verify
+    from gpu_provision.node.verify.registry import STATE_CHECKS
+
+    kept = {pattern for row in STATE_CHECKS for pattern in row.produces}
+    assert {"node.driver.version", "node.device_file.nvidiactl", "gpu{gpu}.device_file", "gpu{gpu}.persistence",
+            "gpu{gpu}.mig.layout"} <= kept
+    assert not [p for p in kept if p.endswith(("vector_add", "bandwidth", "container.gpus", "pod_cuda", "p2p.access",
+                                                 "link_gen"))]
+    found, host = verify(sim_node.expect(2), state_only=True)
+    assert {c.status for c in found} == {"pass", "skip"}
+    assert "gpu1.device_file" in {c.id for c in found} and host["cuda_wall_s"] == 0.0

@@ -116,3 +116,21 @@ def test_collection_commands_carry_the_hosts_sudo_and_sudo_password(monkeypatch)
     with pytest.raises(GpuProvisionError, match="temporary folder"):
         command.collect_host(reached, "/nonexistent", bug_report=False, timeout=5.0)
     assert [(kw["_sudo"], kw["_sudo_password"]) for kw in asked] == [(True, "pw")]
+
+
+def test_node_request_carries_the_verification_expectations(tmp_path):
+    """The node entry gets the agent's expectations in the same request (one collection command), as
+    ``gpu-provision verify`` would send them; a host the file gives no GPUs gets none."""
+    from types import SimpleNamespace
+
+    from gpu_provision.commands.diagnose import verify_expectations
+    from gpu_provision.verify.expect import build_expectations
+
+    expected = build_expectations("gpu-01", "H200", 1, device_permissions={"group": "gpu", "mode": "0660"})
+    path = tmp_path / "expect.json"
+    path.write_text(expected.to_json())
+    host = SimpleNamespace(name="gpu-01", data={"gpu_provision_verify_expect": str(path)})
+    assert verify_expectations(host) == expected.to_dict()
+    assert node_request(EXPECT, bug_report=False, verify=expected.to_dict())["verify"] == expected.to_dict()
+    assert "verify" not in node_request(EXPECT, bug_report=True, verify=None)
+    assert verify_expectations(SimpleNamespace(name="@local", data={})) is None  # not a node of any cluster file

@@ -26,3 +26,17 @@ def test_the_real_bundle_holds_the_promised_items() -> None:
         names = set(archive.getnames())
     assert {"manifest.json", "probe.json", "nvidia-smi/q.xml", "kernel/nvidia.log", "files/proc/driver/nvidia/version",
             "expectations.json", "controller/drift.json"} <= names
+
+
+def test_the_real_nodes_drift_becomes_declared_findings() -> None:
+    """That node was never converged (no containerd, toolkit or MIG layout): no known fault, but every drift
+    difference the controller kept in the bundle is a finding of the declared state, with its stage's deploy as
+    the fix."""
+    from gpu_provision.doctor import DECLARED
+
+    evidence = from_archive(str(ARCHIVE), node="h200-node")
+    differences = evidence.json("controller/drift.json")["differences"]
+    found = examine(evidence, DECLARED)
+    assert len(found) == len(differences) > 0
+    assert {f.rule.id for f in found} <= {r.id for r in DECLARED}
+    assert all("GPU_PROVISION_STAGES=" in f.fix and "--limit h200-node" in f.fix for f in found)

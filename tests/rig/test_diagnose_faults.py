@@ -19,7 +19,14 @@ test shows the node healthy again. Injections, and the stand-ins they go through
   ``nvidia-smi -q`` shows on an NVSwitch system whose Fabric Manager is down, NVIDIA/NVSentinel#889), declared in the
   simulator's gpus.json;
 * Xid events: records in the kernel's ``/dev/kmsg`` format read by the node's journald, so ``journalctl -k`` shows
-  ``kernel: NVRM: Xid (PCI:0000:00:06): 79, ...`` lines as on a real node.
+  ``kernel: NVRM: Xid (PCI:0000:00:06): 79, ...`` lines as on a real node;
+* the declared state: ``/dev/nvidia0`` made 0666 where the file says 0660, group ``gpu``; no known fault names it
+  (everyone may open the file), the bundle's verification report does.
+
+The known-fault tests compare the known-fault findings; the declared-state findings a fault also brings (the
+driver check after a userspace upgrade, the group's members after ``gpasswd -d``) are the declared-state rules'
+business and are left aside there. The exit status counts every finding, so a converged node must have none of
+either kind.
 """
 
 from __future__ import annotations
@@ -97,10 +104,12 @@ def ssh(rig_ssh, site):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def diagnose(site, tmp_path):  # type: ignore[no-untyped-def]
-    """Runs ``gpu-provision diagnose --json`` on the node; returns (exit status, [(rule, detail), ...])."""
+    """Runs ``gpu-provision diagnose --json`` on the node; returns (exit status, [(rule, detail), ...]) of the
+    known-fault rules, or with ``declared`` (exit status, [(rule, detail, fix), ...]) of every rule, the
+    declared-state ones included."""
     node, cluster = site
 
-    def run() -> tuple[int, list[tuple[str, str]]]:
+    def run(declared: bool = False) -> tuple[int, list[Any]]:
         out = tmp_path / f"out-{time.monotonic_ns()}"
         proc = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "diagnose", str(REPO / "inventory.py"),
                                "--cluster", str(cluster), "--out", str(out), "--no-bug-report", "--json"],
@@ -109,7 +118,10 @@ def diagnose(site, tmp_path):  # type: ignore[no-untyped-def]
         [found] = summary["nodes"]
         assert found["node"] == node.name and found["error"] is None, proc.stdout + proc.stderr
         assert found["bundle"] == str(out / f"{node.name}.tar.gz")
-        return proc.returncode, [(f["rule"], f["detail"]) for f in found["findings"]]
+        if declared:
+            return proc.returncode, [(f["rule"], f["detail"], f["fix"]) for f in found["findings"]]
+        return proc.returncode, [(f["rule"], f["detail"]) for f in found["findings"]
+                                 if not f["rule"].startswith("declared-")]
 
     return run
 
@@ -232,6 +244,20 @@ def test_xid_events_in_the_kernel_log(ssh, diagnose):  # type: ignore[no-untyped
         assert f"x1 on {XID_PCI}; WORKFLOW_XID_48: " in found[0][1]
         assert found[1][1].startswith("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: ")
         assert f"x2 on {XID_PCI}; RESTART_BM: " in found[1][1]
+
+
+def test_gpu_device_file_opened_to_everyone(ssh, diagnose, site):  # type: ignore[no-untyped-def]
+    """The file says 0660, group gpu; the device file is made 0666. Every user can open it, so no known fault
+    fires, but the node is not what the file declares: the agent's device-file check in the bundle names the file,
+    the mode seen and wanted, and the commands that set it back (drift's own device-file difference for the same
+    file is not named twice)."""
+    with injected(ssh, "chmod 0666 /dev/nvidia0 && stat -c %a /dev/nvidia0 | grep -qx 666",
+                  "chmod 0660 /dev/nvidia0 && stat -c %a /dev/nvidia0 | grep -qx 660"):
+        assert diagnose(declared=True) == (1, [(
+            "declared-device-files", "/dev/nvidia0: mode 0666, group gpu; the cluster file wants mode 0660, group gpu",
+            "on the node: chgrp gpu /dev/nvidia0 && chmod 0660 /dev/nvidia0; then GPU_PROVISION_STAGES=permissions "
+            f"pyinfra inventory.py gpu_provision.deploys.gpu_node --limit {site[0].name} keeps them "
+            "(permissions.group, permissions.mode)")])
 
 
 def test_every_fault_undone_leaves_no_finding(diagnose):  # type: ignore[no-untyped-def]

@@ -22,6 +22,8 @@ from ..operand import operand
 from ..redact import redact_text
 from . import bounded, sources
 
+#: Seconds the verification agent's state checks may take (nvidia-smi queries; a wedged GPU stops them here).
+VERIFY_SECONDS = 120
 #: Seconds and bytes ``nvidia-bug-report.sh`` may take (it reads much of the system and can hang on a bad GPU).
 BUG_REPORT_SECONDS = 180
 BUG_REPORT_BYTES = 8 << 20
@@ -209,6 +211,29 @@ def probe_item():
     return "probe.json", _json(answer), {"source": "probe", "seconds": round(time.monotonic() - started, 2)}
 
 
+def verify_item(expect, seconds=VERIFY_SECONDS):
+    """The verification agent's report (``verify/report.json``) on the cluster file's expectations: the node's
+    device files, driver, persistence and MIG layout against what the file declares, judged by the agent's own
+    check table (its state checks only: no CUDA, container or pod work). It runs as a bounded child, like every
+    command here, so an agent stuck on a bad GPU costs the bundle this item and nothing else."""
+    from ..verify.main import self_command
+
+    workdir = tempfile.mkdtemp(prefix="gpu-provision-diagnose-verify-")
+    try:
+        expect_path, report_path = os.path.join(workdir, "expect.json"), os.path.join(workdir, "report.json")
+        with open(expect_path, "w", encoding="utf-8") as handle:
+            json.dump(expect, handle)
+        argv, env = self_command()
+        _, entry = bounded.run(argv + ["--expect", expect_path, "--output", report_path, "--state", "--compact"],
+                               seconds, env=env)
+        data, read = bounded.read(report_path)
+        if "error" in read:
+            entry["error"] = entry.get("error") or "the agent wrote no report"
+        return "verify/report.json", data, entry
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def bug_report_item(seconds=BUG_REPORT_SECONDS, limit=BUG_REPORT_BYTES):
     """``nvidia-bug-report.sh`` output as text, bounded in time and size; None where the tool is not installed."""
     tool = shutil.which("nvidia-bug-report.sh")
@@ -233,7 +258,8 @@ def bug_report_item(seconds=BUG_REPORT_SECONDS, limit=BUG_REPORT_BYTES):
 
 
 def items(request):
-    """Every item of the bundle for ``request`` (``users``, ``images``, ``bug_report``), in archive order."""
+    """Every item of the bundle for ``request`` (``users``, ``images``, ``verify``, ``bug_report``), in archive
+    order."""
     yield probe_item()
     yield libraries_item()
     yield packages_item()
@@ -246,6 +272,8 @@ def items(request):
     yield from file_items()
     yield from listing_items()
     yield from journal_items()
+    if request.get("verify"):
+        yield verify_item(request["verify"])
     if request.get("bug_report", True):
         found = bug_report_item(seconds=request.get("bug_report_seconds") or BUG_REPORT_SECONDS)
         if found:

@@ -1,6 +1,7 @@
 """Entry point of the verification agent: read the expectations, take the readings, print one JSON report.
 
-Usage on a node: ``python3 gpu-provision-node.pyz verify --expect /etc/gpu-provision/verify-expect.json``.
+Usage on a node: ``python3 gpu-provision-node.pyz verify --expect /etc/gpu-provision/verify-expect.json``
+(``--state``: only the checks that start no work on the GPUs, as the support bundle runs them).
 Exit status: 0 when every check passed or was skipped, 1 when any failed, 2 when the agent itself could not
 work (a report is printed all the same, with ``status: error``).
 
@@ -41,11 +42,13 @@ def self_command() -> tuple[list[str], dict[str, str]]:
     return [sys.executable, "-m", package], env
 
 
-def verify(expect: dict[str, Any]) -> tuple[list[Check], dict[str, Any]]:
-    """Run every registered check for one node (``registry.CHECKS``); the checks and the report's host header."""
+def verify(expect: dict[str, Any], state_only: bool = False) -> tuple[list[Check], dict[str, Any]]:
+    """Run every registered check for one node (``registry.CHECKS``), or with ``state_only`` those that start no
+    work on it (``registry.STATE_CHECKS``); the checks and the report's host header."""
     node = NodeReadings(expect, self_command())
-    node.start_background()
-    found = registry.run_checks(node, expect)
+    if not state_only:
+        node.start_background()
+    found = registry.run_checks(node, expect, registry.STATE_CHECKS if state_only else registry.CHECKS)
     host = node.host()
     node.close()
     return found, host
@@ -57,6 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--expect", help="expectations JSON written by the controller")
     parser.add_argument("--output", help="also write the report to this file")
     parser.add_argument("--compact", action="store_true", help="print the report on one line (for pod logs)")
+    parser.add_argument("--state", action="store_true",
+                        help="only the checks of the node's state against the file: no CUDA, container or pod work")
     parser.add_argument("--libcuda", default="libcuda.so.1", help=argparse.SUPPRESS)
     parser.add_argument("--cuda-probe", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--peer-probe", action="store_true", help=argparse.SUPPRESS)
@@ -73,14 +78,16 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cuda.probe_peers(args.libcuda)))
         return 0
     started, clock = utc_now(), time.perf_counter()
-    node, found, host, error = os.uname().nodename, [], {}, None
+    node, error = os.uname().nodename, None
+    found: list[Check] = []
+    host: dict[str, Any] = {}
     try:
         if not args.expect:
             raise ValueError("--expect FILE is required")
         with open(args.expect, encoding="utf-8") as handle:
             expect = json.load(handle)
         node = expect.get("node") or node
-        found, host = verify(expect)
+        found, host = verify(expect, args.state)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         host = dict(host, traceback=traceback.format_exc(limit=5))

@@ -45,7 +45,8 @@ class NodeReadings:
         host.update({"driver": self.smi_driver, "cuda": self.query["cuda_version"] if self.query else None,
                      "gpus": [{k: g[k] for k in ("index", "name", "uuid", "bus_id")} for g in self.gpus or []],
                      "nvml": self.nvml[1] or "available",
-                     "cuda_wall_s": round(self.cuda_results[1], 3)})
+                     # 0 when no CUDA child was started (a run of the state checks alone).
+                     "cuda_wall_s": round(self.cuda_results[1], 3) if "cuda_probes" in self.__dict__ else 0.0})
         return host
 
     def close(self) -> None:

@@ -8,6 +8,10 @@ adding its row here; a reading no row needed before is one more attribute of :cl
 
 Check ids are user-visible (schema ``verify-report.v1``): ``ids`` lists the patterns a row produces, with ``{gpu}``,
 ``{slice}`` (``""``, ``.giN`` or ``.migN``), ``{src}`` and ``{dst}`` filled from the subject.
+
+Rows marked ``workload`` start work on the GPUs or the runtime (CUDA children, a container, a pod). The support
+bundle runs the table without them (:data:`STATE_CHECKS`): the node's state against the cluster file, read only,
+so collecting evidence from a node in trouble never waits on a GPU that may hang.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class Row:
     ``check``: pure, from those values to one check or a list. ``ids``: the ids it produces when not just ``id``.
     ``guarded``: False for rows whose exceptions end the run as an agent error instead (``status: error``).
     ``new_pass``: start a new pass over the subjects rather than join the rows of the same kind just before.
+    ``workload``: the row runs work on the GPUs or the runtime rather than reading state (left out of
+    :data:`STATE_CHECKS`).
     """
 
     id: str
@@ -52,6 +58,7 @@ class Row:
     ids: Tuple[str, ...] = ()
     guarded: bool = True
     new_pass: bool = False
+    workload: bool = False
 
     @property
     def produces(self) -> tuple[str, ...]:
@@ -163,17 +170,25 @@ CHECKS: tuple[Row, ...] = (
     Row("gpu{gpu}.device_file", "gpu", ("gpu", "device_files"), _device_file),
     # The link is read again after the CUDA load (an idle GPU slows its link): after every GPU's other checks.
     Row("gpu{gpu}.pcie", "gpu", ("gpu", "relinked"), _pcie, ids=("gpu{gpu}.pcie.link_gen", "gpu{gpu}.pcie.link_width"),
-        new_pass=True),
+        new_pass=True, workload=True),
     Row("gpu{gpu}{slice}.cuda", "cuda_device", ("cuda_device", "cuda_results", "cuda_skip"), _cuda_device,
-        ids=("gpu{gpu}{slice}.cuda.vector_add", "gpu{gpu}{slice}.memory.bandwidth"), guarded=False),
-    Row("node.cuda.vector_add", "node", ("cuda_targets", "cuda_skip"), _no_cuda_device, guarded=False),
-    Row("gpu{gpu}.mig.cuda", "gpu", ("gpu", "listing"), _mig_without_devices, guarded=False),
+        ids=("gpu{gpu}{slice}.cuda.vector_add", "gpu{gpu}{slice}.memory.bandwidth"), guarded=False,
+        workload=True),
+    Row("node.cuda.vector_add", "node", ("cuda_targets", "cuda_skip"), _no_cuda_device, guarded=False,
+        workload=True),
+    Row("gpu{gpu}.mig.cuda", "gpu", ("gpu", "listing"), _mig_without_devices, guarded=False,
+        workload=True),
     Row("gpu{src}-gpu{dst}.p2p", "gpu_pair", ("gpu_pair",), _peer_pair,
-        ids=("gpu{src}-gpu{dst}.p2p.access", "gpu{src}-gpu{dst}.p2p.bandwidth"), guarded=False),
-    Row("node.container.gpus", "node", ("container", "want_devices"), _container, guarded=False),
+        ids=("gpu{src}-gpu{dst}.p2p.access", "gpu{src}-gpu{dst}.p2p.bandwidth"), guarded=False,
+        workload=True),
+    Row("node.container.gpus", "node", ("container", "want_devices"), _container, guarded=False,
+        workload=True),
     Row("node.kubernetes.allocatable", "node", ("node_object",), _allocatable),
-    Row("node.kubernetes.pod_cuda", "node", ("pod",), _pod),
+    Row("node.kubernetes.pod_cuda", "node", ("pod",), _pod, workload=True),
 )
+
+#: The rows that compare the node's state with the cluster file and start no work on it.
+STATE_CHECKS: tuple[Row, ...] = tuple(row for row in CHECKS if not row.workload)
 
 
 def _node(readings: Any) -> list[Subject]:
