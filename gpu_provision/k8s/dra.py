@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpu_provision.k8s.device_plugin import GPU_TOLERATION
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.nodes import PRESENT_LABEL
 from gpu_provision.k8s.objects import Obj, meta
@@ -26,7 +27,6 @@ NAME = "dra-driver-nvidia-gpu"
 PLUGIN = f"{NAME}-kubelet-plugin"
 API = "resource.k8s.io/v1"
 GPU_CLASS, MIG_CLASS = "gpu.nvidia.com", "mig.nvidia.com"
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 _DRIVER = DATA["driver"]
 #: A name an extended resource may carry after ``nvidia.com/`` (a qualified name's second part).
 _RESOURCE_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")

@@ -393,8 +393,8 @@ _team = _obj(
         "gpus": _i("Quota on whole GPUs: requests.nvidia.com/gpu; with gpu_allocation: dra, the devices of "
                    "the gpu.nvidia.com DeviceClass.", minimum=0, maximum=1_000_000, default=0),
         "mig": {"type": "object", "description": "Quota per MIG resource, by profile name; with gpu_allocation: "
-                "dra, a ResourceClaimTemplate per profile and the profiles' sum as the quota on the "
-                "mig.nvidia.com DeviceClass's devices.",
+                "dra, a DeviceClass per profile (mig-<profile>.gpu.nvidia.com, '.' and '+' spelt '-' and "
+                "'-plus-'), quota on its devices and a ResourceClaimTemplate naming it.",
                 "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
                 "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                          "description": "Instances."}},

@@ -138,6 +138,7 @@ def test_feature_gate_only_where_the_version_needs_it(cluster: Cluster) -> None:
 
 
 def test_device_plugin_mode_keeps_its_objects_and_no_gates(example: Cluster) -> None:
+    assert example.kubernetes.gpu_allocation == "device-plugin" and not example.kubernetes.dra
     manifests = bundle.manifests(example)
     assert "device-plugin" in manifests and "dra-driver" not in manifests
     kinds = {o["kind"] for objs in manifests.values() for o in objs}
