@@ -10,7 +10,10 @@ applies them; the tests validate every one against the Kubernetes API schemas of
 - ``cni``: the default manifest location and the DaemonSet that shows a CNI is installed.
 - ``nodes``: the labels and taints each node should carry.
 - ``device_plugin``: the NVIDIA device plugin DaemonSet, its per-node configs and RBAC.
+- ``dra``: NVIDIA's DRA driver (``kubernetes.gpu_allocation: dra``): kubelet plugin DaemonSet, RBAC, DeviceClasses
+  and the feature gates its Kubernetes version needs.
 - ``teams``: a namespace, quota, role, binding and limit range per team.
+- ``claims``: under DRA, a team's ResourceClaimTemplates, its quota on claimed devices and its rights on claims.
 - ``monitoring``: the DCGM exporter and the Prometheus scrape configuration.
 - ``bundle``: every manifest this project applies, by name.
 """

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from gpu_provision.k8s import dra
 from gpu_provision.k8s.endpoints import host_port, with_default_port
 from gpu_provision.k8s.nodes import taint_objects
 from gpu_provision.spec.model import Cluster, Node
@@ -63,10 +64,31 @@ def _registration(node: Node) -> dict[str, Any]:
     return {"name": node.name, "criSocket": CRI_SOCKET, "taints": node_taints(node)}
 
 
-def kubelet_configuration() -> dict[str, Any]:
-    """KubeletConfiguration: the systemd cgroup driver (matching containerd's ``SystemdCgroup = true``)."""
-    return {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "cgroupDriver": "systemd", "failSwapOn": True}
+def kubelet_configuration(gates: dict[str, bool] | None = None) -> dict[str, Any]:
+    """KubeletConfiguration: the systemd cgroup driver (matching containerd's ``SystemdCgroup = true``), and
+    ``gates`` where the cluster needs feature gates (kubeadm hands this document to every joining kubelet)."""
+    out: dict[str, Any] = {"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+                           "cgroupDriver": "systemd", "failSwapOn": True}
+    if gates:
+        out["featureGates"] = dict(gates)
+    return out
+
+
+def feature_gates(cluster: Cluster) -> dict[str, bool]:
+    """The feature gates the cluster file's choices need on its Kubernetes version (DRA allocation only)."""
+    k8s = cluster.kubernetes
+    return dra.feature_gates(k8s.version) if k8s.dra else {}
+
+
+def _gated(config: dict[str, Any], gates: dict[str, bool]) -> None:
+    """Set ``feature-gates`` on the API server, controller manager and scheduler.
+
+    The list form of ``extraArgs`` is ``v1beta4``'s; gates are only ever needed by DRA allocation, which needs a
+    Kubernetes release far past 1.31, so a ``v1beta3`` document never carries them.
+    """
+    value = ",".join(f"{gate}={str(on).lower()}" for gate, on in sorted(gates.items()))
+    for component in ("apiServer", "controllerManager", "scheduler"):
+        config[component] = {"extraArgs": [{"name": "feature-gates", "value": value}]}
 
 
 def init_configuration(cluster: Cluster, node: Node, address: str | None) -> list[dict[str, Any]]:
@@ -90,7 +112,10 @@ def init_configuration(cluster: Cluster, node: Node, address: str | None) -> lis
     cp_endpoint = endpoint(cluster, address)
     if cp_endpoint:
         config["controlPlaneEndpoint"] = cp_endpoint
-    return [init, config, kubelet_configuration()]
+    gates = feature_gates(cluster)
+    if gates:
+        _gated(config, gates)
+    return [init, config, kubelet_configuration(gates)]
 
 
 def join_configuration(cluster: Cluster, node: Node, api_endpoint: str, token: str, ca_cert_hash: str,

@@ -1,10 +1,11 @@
 """Per-team objects: a namespace under a Pod Security Standard, a GPU quota, a role with what a team needs, its
-binding and a default limit range."""
+binding and a default limit range; under DRA also its ResourceClaimTemplates (:mod:`gpu_provision.k8s.claims`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gpu_provision.k8s import claims
 from gpu_provision.k8s.objects import Obj, meta
 from gpu_provision.spec.model import Kubernetes, Team
 
@@ -73,13 +74,14 @@ def subjects(team: Team) -> list[dict[str, str]]:
 
 def manifests(team: Team, k8s: Kubernetes) -> list[Obj]:
     """Namespace (with its Pod Security labels), ResourceQuota, Role, RoleBinding (when the team names users or
-    groups) and LimitRange."""
+    groups) and LimitRange; under DRA the quota counts claimed devices, the role may use claims and the team's
+    ResourceClaimTemplates come last."""
     labels = {TEAM_LABEL: team.name, **pod_security_labels(k8s.team_pod_security(team), k8s)}
     out: list[Obj] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(team.namespace, labels=labels)},
-        quota(team),
+        claims.quota(team, k8s) if k8s.dra else quota(team),
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(ROLE, team.namespace),
-         "rules": RULES},
+         "rules": RULES + claims.RULES if k8s.dra else RULES},
     ]
     if subjects(team):
         out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -89,4 +91,6 @@ def manifests(team: Team, k8s: Kubernetes) -> list[Obj]:
     out.append({"apiVersion": "v1", "kind": "LimitRange", "metadata": meta("default-limits", team.namespace),
                 "spec": {"limits": [{"type": "Container", "default": dict(DEFAULT_LIMITS),
                                      "defaultRequest": dict(DEFAULT_REQUESTS)}]}})
+    if k8s.dra:
+        out += claims.templates(team)
     return out

@@ -21,6 +21,7 @@ InstallMethod = Literal["package", "preinstalled"]
 RuntimeKind = Literal["docker", "containerd"]
 SharingStrategy = Literal["none", "time-slicing", "mps"]
 MigStrategy = Literal["none", "single", "mixed"]
+GpuAllocation = Literal["device-plugin", "dra"]
 PodSecurityLevel = Literal["baseline", "restricted"]
 
 
@@ -112,10 +113,18 @@ class Kubernetes:
     cni: Literal["flannel", "calico", "cilium"] = default("cluster.kubernetes.cni")
     cni_manifest: str | None = None
     device_plugin_image: str = default("cluster.kubernetes.device_plugin_image")
+    #: ``device-plugin`` or ``dra`` (NVIDIA's DRA driver instead of the device plugin).
+    gpu_allocation: GpuAllocation = default("cluster.kubernetes.gpu_allocation")
+    dra_driver_image: str = default("cluster.kubernetes.dra_driver_image")
     teams: tuple[Team, ...] = ()
     pod_security: PodSecurityLevel = default("cluster.kubernetes.pod_security")
     monitoring: Monitoring = field(default_factory=Monitoring)
     verification: InClusterVerification = field(default_factory=InClusterVerification)
+
+    @property
+    def dra(self) -> bool:
+        """Whether GPUs are allocated through NVIDIA's DRA driver rather than the device plugin."""
+        return self.gpu_allocation == "dra"
 
     @property
     def minor(self) -> str:

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
-from gpu_provision.spec import catalog, keyfile, mig, namespaces, nodepaths
+from gpu_provision.spec import catalog, dra, keyfile, mig, namespaces, nodepaths
 from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
@@ -39,6 +39,7 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _permissions(ctx, index, node)
         _yaml_numbers(ctx, index, node)
     _kubernetes(cluster, ctx)
+    dra.check(cluster, ctx)
     _mirror_keys(cluster, ctx)
     _paths(cluster, ctx)
 

@@ -17,6 +17,11 @@ from itertools import chain
 from typing import Any
 
 from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION, UPSTREAM
+from gpu_provision.spec.dradata import CONTAINERD_MIN as DRA_CONTAINERD_MIN
+from gpu_provision.spec.dradata import DRIVER_BRANCH_MIN as DRA_DRIVER_BRANCH_MIN
+from gpu_provision.spec.dradata import DRIVER_IMAGE as DRA_DRIVER_IMAGE
+from gpu_provision.spec.dradata import DRIVER_NAME as DRA_DRIVER_NAME
+from gpu_provision.spec.dradata import KUBERNETES_MIN as DRA_KUBERNETES_MIN
 
 DOCS = "docs/cluster-file.md"
 
@@ -385,8 +390,11 @@ _team = _obj(
     {
         "name": _s("Team name (also its namespace's name by default, and a label value).", pattern=_DNS_LABEL),
         "namespace": _s("Namespace (default: the team name).", pattern=_DNS_LABEL),
-        "gpus": _i("Quota on requests.nvidia.com/gpu.", minimum=0, maximum=1_000_000, default=0),
-        "mig": {"type": "object", "description": "Quota per MIG resource, by profile name.",
+        "gpus": _i("Quota on whole GPUs: requests.nvidia.com/gpu; with gpu_allocation: dra, the devices of "
+                   "the gpu.nvidia.com DeviceClass.", minimum=0, maximum=1_000_000, default=0),
+        "mig": {"type": "object", "description": "Quota per MIG resource, by profile name; with gpu_allocation: "
+                "dra, a DeviceClass per profile (mig-<profile>.gpu.nvidia.com, '.' and '+' spelt '-' and "
+                "'-plus-'), quota on its devices and a ResourceClaimTemplate naming it.",
                 "propertyNames": {"pattern": _PROFILE, "x-allowed": FORMS[_PROFILE]},
                 "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 1_000_000,
                                          "description": "Instances."}},
@@ -423,6 +431,19 @@ _kubernetes = _obj(
                            pattern=_MANIFEST),
         "device_plugin_image": _s("NVIDIA device plugin image.", pattern=IMAGE_REFERENCE,
                                   default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
+        "gpu_allocation": _e("How pods get GPUs. 'device-plugin': NVIDIA's device plugin advertises nvidia.com/gpu "
+                             "(and MIG resources) as extended resources. 'dra': NVIDIA's DRA driver "
+                             f"({DRA_DRIVER_NAME}) publishes each node's GPUs and MIG devices in ResourceSlices; pods "
+                             "claim them through ResourceClaims (each team gets a ResourceClaimTemplate per whole GPU "
+                             "and per MIG profile it may use), and plain nvidia.com/gpu requests keep working through "
+                             "the gpu.nvidia.com DeviceClass's extendedResourceName. The device plugin is not deployed "
+                             f"then. 'dra' needs Kubernetes {DRA_KUBERNETES_MIN} or newer, NVIDIA driver "
+                             f"{DRA_DRIVER_BRANCH_MIN} or newer and containerd {DRA_CONTAINERD_MIN} or newer (CDI), and "
+                             "no sharing strategy (time-slicing and MPS are device plugin settings).",
+                             ["device-plugin", "dra"], default="device-plugin"),
+        "dra_driver_image": _s("NVIDIA DRA driver image (gpu_allocation: dra). Pin it by digest "
+                               "('...:v0.4.1@sha256:...') to run the same content everywhere; mirrors.registry "
+                               "replaces its registry.", pattern=IMAGE_REFERENCE, default=DRA_DRIVER_IMAGE),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
                            "(Pod Security Admission labels: enforce, audit and warn at this level; enforce pinned "

@@ -51,6 +51,10 @@ class ExpectedKubernetes:
     enabled: bool = False
     node_name: str | None = None
     allocatable: dict[str, int] = field(default_factory=dict)
+    #: ``device-plugin`` or ``dra``: whether the node's GPUs show in its allocatable or in its ResourceSlices.
+    allocation: str = "device-plugin"
+    #: Under DRA, the devices the node's ResourceSlices list: ``gpu`` (whole GPUs) and ``mig-<profile>``.
+    devices: dict[str, int] = field(default_factory=dict)
     pod_image: str | None = None
     kubeconfig: str | None = None
     namespace: str = "default"
@@ -184,8 +188,30 @@ def allocatable_for(count: int, layouts: dict[int, GpuLayout], mig_strategy: str
     return {name: count * max(replicas, 1)} if count else {}
 
 
-def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
-    """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
+def dra_devices(count: int, layouts: dict[int, GpuLayout]) -> dict[str, int]:
+    """The devices NVIDIA's DRA driver lists for these layouts: each GPU without MIG as ``gpu``, each MIG device as
+    ``mig-<profile>``; a GPU with MIG on is listed by its MIG devices only (the driver's static MIG)."""
+    out = mig_resources(layouts, count, "mixed")
+    return {key.removeprefix("nvidia.com/"): n for key, n in out.items()}
+
+
+def _kubernetes(node: Any, enabled: bool, dra: bool, layouts: dict[int, GpuLayout]) -> ExpectedKubernetes:
+    """What the node's Kubernetes side should show: the device plugin's allocatable, or DRA's listed devices."""
+    image = node.verify.container_image
+    if dra:
+        return ExpectedKubernetes(enabled=enabled, node_name=node.name, allocation="dra",
+                                  devices=dra_devices(node.gpus.count, layouts), pod_image=image)
+    return ExpectedKubernetes(
+        enabled=enabled, node_name=node.name,
+        allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
+                                    node.sharing.replicas if node.sharing.strategy != "none" else 1,
+                                    node.sharing.rename_by_default),
+        pod_image=image)
+
+
+def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False) -> Expectations:
+    """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``); ``dra``: the cluster
+    allocates GPUs through NVIDIA's DRA driver."""
     layouts = {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
@@ -199,12 +225,7 @@ def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
         mig=layouts,
         device_permissions={"group": permissions.group or "root", "mode": permissions.mode},
         container=ExpectedRuntime(kind=runtime.kind, runtime="nvidia", cdi=node.toolkit.cdi, image=image),
-        kubernetes=ExpectedKubernetes(
-            enabled=kubernetes_enabled, node_name=node.name,
-            allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
-                                        node.sharing.replicas if node.sharing.strategy != "none" else 1,
-                                        node.sharing.rename_by_default),
-            pod_image=image),
+        kubernetes=_kubernetes(node, kubernetes_enabled, dra, layouts),
     )
 
 
@@ -227,4 +248,5 @@ def expectations_for_host(host: Any) -> str | None:
     node = node_for(host)
     if not node.has_gpus:
         return None
-    return from_node(node, cluster_for(host).kubernetes.enabled).to_json()
+    k8s = cluster_for(host).kubernetes
+    return from_node(node, k8s.enabled, k8s.dra).to_json()

@@ -129,7 +129,8 @@ def test_address_families_are_one(tmp_path: Path, kubernetes: str, address: str,
 
 
 _OPTION = st.text(st.characters(codec="ascii", categories=("L", "N", "P", "S")), max_size=30).map(lambda s: "-" + s)
-_IMAGE_SETTINGS = ["cluster.kubernetes.device_plugin_image", "cluster.kubernetes.verification.image",
+_IMAGE_SETTINGS = ["cluster.kubernetes.device_plugin_image", "cluster.kubernetes.dra_driver_image",
+                   "cluster.kubernetes.verification.image",
                    "cluster.kubernetes.monitoring.dcgm_exporter_image", "verify.container_image"]
 
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from ..mig.nvsmi import parse_lci, parse_lgi
-from . import nvsmi, readings, runtime
+from . import nvsmi, readings, runtime, slices
 from .probes import Background, Probes, Relaunch, device_result, libcuda_problem, peer_probe
 
 DEFAULT_PATHS = {"sysfs": "/sys", "dev": "/dev", "proc": "/proc", "nvidia_smi": "nvidia-smi",
@@ -267,12 +267,17 @@ class NodeReadings:
 
     @cached_property
     def node_job(self) -> Background | None:
-        """This node's Node object read in a thread, once its GPU resources settled (None outside Kubernetes)."""
-        return Background(runtime.read_node_settled, self.kube) if self.kube.get("enabled") else None
+        """This node's Node object read in a thread, once its GPU resources settled (None outside Kubernetes);
+        under DRA its ResourceSliceList, once the driver listed the node's devices."""
+        if not self.kube.get("enabled"):
+            return None
+        reader = slices.read_settled if self.kube.get("allocation") == "dra" else runtime.read_node_settled
+        return Background(reader, self.kube)
 
     @cached_property
     def node_object(self) -> tuple[dict[str, Any] | None, str | None] | None:
-        """``(Node object, error)``, or None when this is not a Kubernetes node."""
+        """``(Node object, error)`` (under DRA ``(ResourceSliceList, error)``), or None when this is not a
+        Kubernetes node."""
         if self.node_job is None:
             return None
         box = self.node_job.outcome()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
 
-from . import checks
+from . import checks, slices
 from .report import Check, Recorder, skipped
 
 Checks = Union[Check, List[Check]]
@@ -142,6 +142,9 @@ def _container(result: dict[str, Any] | None, want_devices: int, expect: dict[st
 def _allocatable(node: tuple[dict[str, Any] | None, str | None] | None, expect: dict[str, Any]) -> Check:
     if node is None:
         return skipped("node.kubernetes.allocatable", "not a Kubernetes node in the cluster file")
+    if (expect.get("kubernetes") or {}).get("allocation") == "dra":
+        # Under DRA the reading is the node's ResourceSliceList (see node_readings.node_object).
+        return slices.slice_check(node[0], node[1], expect)
     return checks.allocatable_check(node[0], node[1], expect)
 
 

@@ -78,6 +78,11 @@ for _names, _kind, _api, _ns in (
     (("priorityclass", "priorityclasses", "pc"), "PriorityClass", "scheduling.k8s.io/v1", False),
     (("poddisruptionbudget", "poddisruptionbudgets", "pdb"), "PodDisruptionBudget", "policy/v1", True),
     (("job", "jobs"), "Job", "batch/v1", True),
+    # DRA's objects, stored as they are sent: no allocation, no scheduling, no quota.
+    (("deviceclass", "deviceclasses"), "DeviceClass", "resource.k8s.io/v1", False),
+    (("resourceslice", "resourceslices"), "ResourceSlice", "resource.k8s.io/v1", False),
+    (("resourceclaim", "resourceclaims"), "ResourceClaim", "resource.k8s.io/v1", True),
+    (("resourceclaimtemplate", "resourceclaimtemplates"), "ResourceClaimTemplate", "resource.k8s.io/v1", True),
 ):
     for _name in _names:
         KINDS[_name] = (_kind, _api, _ns)

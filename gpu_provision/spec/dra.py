@@ -1,0 +1,60 @@
+"""Checks of meaning for ``kubernetes.gpu_allocation: dra``: what NVIDIA's DRA driver needs of the cluster and nodes.
+
+Each refusal names the threshold and where it comes from (``gpu_provision/data/dra.json``), located at the value
+that falls short: the Kubernetes version, a node's driver branch or version, its containerd version, its sharing
+strategy. A cluster file that passes here can run the driver's kubelet plugin on every GPU node.
+"""
+
+from __future__ import annotations
+
+from gpu_provision.spec.catalog import version_tuple
+from gpu_provision.spec.context import Context
+from gpu_provision.spec.dradata import CONTAINERD_MIN, DRIVER_BRANCH_MIN, KUBERNETES_MIN
+from gpu_provision.spec.model import Cluster, Node
+
+WHY_KUBERNETES = ("the DRA driver needs Kubernetes {min} or newer, where resource.k8s.io/v1 and DRA are on by "
+                  "default (driver docs, prerequisites)")
+WHY_DRIVER = "the DRA driver needs NVIDIA driver {min} or newer for GPU allocation (driver docs, prerequisites)"
+WHY_RUNTIME = ("the DRA driver hands GPUs to containers through CDI, on by default from containerd {min} "
+               "(driver docs, prerequisites)")
+WHY_SHARING = ("time-slicing and MPS are device plugin settings, and the device plugin is not deployed with "
+               "gpu_allocation: dra")
+
+
+def check(cluster: Cluster, ctx: Context) -> None:
+    """Record every way the cluster file cannot run GPU allocation through DRA (nothing when it does not ask to)."""
+    k8s = cluster.kubernetes
+    if not (k8s.enabled and k8s.dra):
+        return
+    if version_tuple(k8s.version) < version_tuple(KUBERNETES_MIN):
+        written = "version" in (ctx.document["cluster"].get("kubernetes") or {})
+        ctx.add(("cluster", "kubernetes", "version" if written else "gpu_allocation"),
+                f"gpu_allocation: dra with Kubernetes {k8s.version}: {WHY_KUBERNETES.format(min=KUBERNETES_MIN)} "
+                f"(allowed: kubernetes.version {KUBERNETES_MIN} or newer, or gpu_allocation: device-plugin)")
+    for index, node in enumerate(cluster.nodes):
+        if node.has_gpus:
+            _node(ctx, index, node)
+
+
+def _node(ctx: Context, index: int, node: Node) -> None:
+    driver = node.driver
+    if driver.version and version_tuple(driver.version)[0] < DRIVER_BRANCH_MIN:
+        ctx.add_node(index, ("driver", "version"),
+                     f"driver {driver.version} with gpu_allocation: dra: {WHY_DRIVER.format(min=DRIVER_BRANCH_MIN)} "
+                     f"(allowed: a {DRIVER_BRANCH_MIN} or newer driver, or gpu_allocation: device-plugin)")
+    elif not driver.version and driver.pinned_branch.isdigit() and int(driver.pinned_branch) < DRIVER_BRANCH_MIN:
+        ctx.add_node(index, ("driver", "branch"),
+                     f"driver branch {driver.pinned_branch} with gpu_allocation: dra: "
+                     f"{WHY_DRIVER.format(min=DRIVER_BRANCH_MIN)} "
+                     f"(allowed: branch {DRIVER_BRANCH_MIN} or newer, or gpu_allocation: device-plugin)")
+    runtime = node.container_runtime
+    if runtime.kind == "containerd" and runtime.version \
+            and version_tuple(runtime.version) < version_tuple(CONTAINERD_MIN):
+        ctx.add_node(index, ("container_runtime", "version"),
+                     f"containerd {runtime.version} with gpu_allocation: dra: "
+                     f"{WHY_RUNTIME.format(min=CONTAINERD_MIN)} "
+                     f"(allowed: containerd {CONTAINERD_MIN} or newer, or gpu_allocation: device-plugin)")
+    if node.sharing.strategy != "none":
+        ctx.add_node(index, ("sharing", "strategy"),
+                     f"sharing {node.sharing.strategy} with gpu_allocation: dra: {WHY_SHARING} "
+                     "(allowed: none, or gpu_allocation: device-plugin)")
