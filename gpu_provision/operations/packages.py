@@ -96,10 +96,6 @@ def is_downgrade(wanted: str | None, installed: str | None) -> bool:
     return len(want) < len(have)
 
 
-def _needs_install(want: PackageWant, state: NodeStateData) -> bool:
-    return want.present and not version_matches(want.version, state.package(want.name).version)
-
-
 def apt_lock_wait(seconds: int) -> str:
     """apt's option to wait up to ``seconds`` for the dpkg lock (apt 1.9.11 and later; older apt ignores it)."""
     return f"-o DPkg::Lock::Timeout={int(seconds)}"
@@ -113,9 +109,11 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
     failing; dnf waits for the holder of its own lock by itself.
     """
     manager = state.package_manager
-    install = [w for w in wants if _needs_install(w, state)]
-    remove = [w for w in wants if not w.present and state.package(w.name).version is not None]
-    hold = [w for w in wants if w.present and w.held and (w in install or not state.package(w.name).held)]
+    unmet = [(w, {d.kind for d in w.unmet(state)}) for w in wants]
+    install = [w for w, kinds in unmet if w.present and "package" in kinds]
+    remove = [w for w, kinds in unmet if not w.present and "package" in kinds]
+    # An install moves the package, so its hold is set again with it.
+    hold = [w for w, kinds in unmet if w.present and w.held and (w in install or "package-hold" in kinds)]
     if not (install or remove or hold):
         return []
     if manager == "apt":
