@@ -185,8 +185,8 @@ def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None
         if version_tuple(driver.version) < version_tuple(needed):
             ctx.add_node(index, ("driver", "version"), f"driver {driver.version} does not support {what} "
                                                         f"(allowed: {needed} or newer)")
-    elif int(driver.pinned_branch) < version_tuple(needed)[0]:
-        ctx.add_node(index, ("driver", "branch"), f"driver branch {driver.pinned_branch} does not support {what} "
+    elif int(driver.spell("branch")) < version_tuple(needed)[0]:
+        ctx.add_node(index, ("driver", "branch"), f"driver branch {driver.spell('branch')} does not support {what} "
                                                    f"(allowed: branch {version_tuple(needed)[0]} or newer)")
     if driver.kernel_modules == "proprietary" and model.open_modules_required:
         ctx.add_node(index, ("driver", "kernel_modules"), f"{model.key} needs the open kernel modules "
