@@ -12,8 +12,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpu_provision.doctor.evidence import Evidence, version_key
+from gpu_provision.doctor.evidence import Evidence
 from gpu_provision.doctor.xid import xid_events
+from gpu_provision.node.versions import version_key
 
 
 @dataclass(frozen=True)
