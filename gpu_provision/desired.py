@@ -2,8 +2,9 @@
 
 A stage describes what a node should have as a list of wants (packages, files, units, groups). The same list
 serves two readers: the generic operations in :mod:`gpu_provision.operations` converge it, and
-:func:`differences` reports it for drift checks, so ``pyinfra ... --dry`` and ``gpu-provision drift`` agree by
-construction. Stages with state that is not one of these kinds (MIG layouts, kubeadm) return their own
+:func:`differences` reports it for drift checks. Whether a want is met is decided once, by its own ``unmet(state)``:
+drift lists those differences and each operation's planner turns the same differences into commands, so
+``pyinfra ... --dry`` and ``gpu-provision drift`` agree by construction. Stages with state that is not one of these kinds (MIG layouts, kubeadm) return their own
 :class:`Difference` objects from the same probe answer.
 """
 
@@ -26,6 +27,18 @@ class PackageWant:
     held: bool = False
     present: bool = True
 
+    def unmet(self, state: NodeStateData, stage: str = "") -> list[Difference]:
+        """How the node's package differs from this want: ``package`` (wrong version, missing, or present when it
+        should be absent) or ``package-hold`` (right version, not held); empty when met."""
+        pkg = state.package(self.name)
+        if not self.present:
+            return [] if pkg.version is None else [Difference("package", self.name, "absent", pkg.version, stage)]
+        if not version_matches(self.version, pkg.version):
+            return [Difference("package", self.name, self.version or "installed", pkg.version or "absent", stage)]
+        if self.held and not pkg.held:
+            return [Difference("package-hold", self.name, "held", "not held", stage)]
+        return []
+
 
 @dataclass(frozen=True)
 class FileWant:
@@ -42,13 +55,35 @@ class FileWant:
     #: Keep a copy of the previous file (``PATH.gpu-provision.bak``) before replacing it.
     backup: bool = True
 
-    def satisfied_by(self, current: FileState) -> bool:
-        """Whether the file's content already is what this want asks for (mode and owner aside).
+    def unmet(self, state: NodeStateData, stage: str = "") -> list[Difference]:
+        """How the node's file differs from this want; see :meth:`unmet_at`."""
+        return self.unmet_at(state.file(self.path), stage)
+
+    def unmet_at(self, current: FileState, stage: str = "") -> list[Difference]:
+        """How ``current`` differs from this want: ``file`` (absent, or other content) and ``file-mode``,
+        ``file-owner``, ``file-group`` for an existing file; empty when met.
 
         JSON merges compare parsed content, not text: another tool (``nvidia-ctk runtime configure``) may lay out the
-        same keys differently, and that is no drift.
+        same keys differently, and that is no drift, and rewriting it would restart its service on every run.
         """
-        if not current.exists or current.type != "file":
+        if not current.exists:
+            return [Difference("file", self.path, "present", "absent", stage)]
+        out: list[Difference] = []
+        if self._content_met(current):
+            pass
+        elif self.merge:
+            out.append(Difference("file", self.path, f"contains {json.dumps(self.keys, sort_keys=True)}",
+                                  "other content", stage))
+        else:
+            out.append(Difference("file", self.path, f"sha256 {sha256(self.content or '')[:12]}",
+                                  f"sha256 {(current.sha256 or '')[:12]}", stage))
+        for attr in ("mode", "owner", "group"):
+            if getattr(current, attr) != getattr(self, attr):
+                out.append(Difference(f"file-{attr}", self.path, getattr(self, attr), getattr(current, attr), stage))
+        return out
+
+    def _content_met(self, current: FileState) -> bool:
+        if current.type != "file":
             return False
         if self.merge == "json":
             try:
@@ -80,6 +115,23 @@ class UnitWant:
     running: bool | None = True
     restart_on: tuple[str, ...] = ()
 
+    def unmet(self, state: NodeStateData, stage: str = "") -> list[Difference]:
+        """How the node's unit differs from this want: ``service`` (not installed, when the want asks it enabled
+        or running; a unit wanted neither is met by its absence), else ``service-enabled`` and
+        ``service-active``; empty when met."""
+        unit = state.unit(self.name)
+        if unit is None or not unit.loaded:
+            wanted = self.enabled is True or self.running is True
+            return [Difference("service", self.name, "installed", "missing", stage)] if wanted else []
+        out: list[Difference] = []
+        if self.enabled is not None and (unit.enabled == "enabled") != self.enabled:
+            out.append(Difference("service-enabled", self.name, "enabled" if self.enabled else "disabled",
+                                  unit.enabled, stage))
+        if self.running is not None and (unit.active == "active") != self.running:
+            out.append(Difference("service-active", self.name, "active" if self.running else "inactive",
+                                  unit.active, stage))
+        return out
+
 
 @dataclass(frozen=True)
 class GroupWant:
@@ -87,6 +139,16 @@ class GroupWant:
 
     name: str
     members: tuple[str, ...] = ()
+
+    def unmet(self, state: NodeStateData, stage: str = "") -> list[Difference]:
+        """How the node's group differs from this want: ``group`` (absent) or ``group-members`` (some wanted
+        member missing; other members are the site's and never count); empty when met."""
+        group = state.group(self.name)
+        if group is None:
+            return [Difference("group", self.name, "present", "absent", stage)]
+        if set(self.members) - set(group["members"]):
+            return [Difference("group-members", self.name, sorted(self.members), group["members"], stage)]
+        return []
 
 
 Want = PackageWant | FileWant | UnitWant | GroupWant
@@ -156,52 +218,6 @@ def sha256(text: str | bytes) -> str:
 
 
 def differences(wants: list[Want], state: NodeStateData, stage: str = "") -> list[Difference]:
-    """Every want that ``state`` does not satisfy, as expected vs actual."""
-    out: list[Difference] = []
-    for want in wants:
-        if isinstance(want, PackageWant):
-            pkg = state.package(want.name)
-            if not want.present:
-                if pkg.version is not None:
-                    out.append(Difference("package", want.name, "absent", pkg.version, stage))
-                continue
-            if not version_matches(want.version, pkg.version):
-                out.append(Difference("package", want.name, want.version or "installed", pkg.version or "absent", stage))
-            elif want.held and not pkg.held:
-                out.append(Difference("package-hold", want.name, "held", "not held", stage))
-        elif isinstance(want, FileWant):
-            f = state.file(want.path)
-            if not f.exists:
-                out.append(Difference("file", want.path, "present", "absent", stage))
-                continue
-            if want.satisfied_by(f):
-                pass
-            elif want.merge:
-                out.append(Difference("file", want.path, f"contains {json.dumps(want.keys, sort_keys=True)}",
-                                      "other content", stage))
-            else:
-                out.append(Difference("file", want.path, f"sha256 {sha256(want.content or '')[:12]}",
-                                      f"sha256 {(f.sha256 or '')[:12]}", stage))
-            for attr in ("mode", "owner", "group"):
-                if getattr(f, attr) != getattr(want, attr):
-                    out.append(Difference(f"file-{attr}", want.path, getattr(want, attr), getattr(f, attr), stage))
-        elif isinstance(want, UnitWant):
-            unit = state.unit(want.name)
-            if unit is None or not unit.loaded:
-                out.append(Difference("service", want.name, "installed", "missing", stage))
-                continue
-            if want.enabled is not None and (unit.enabled == "enabled") != want.enabled:
-                out.append(Difference("service-enabled", want.name, "enabled" if want.enabled else "disabled",
-                                      unit.enabled, stage))
-            if want.running is not None and (unit.active == "active") != want.running:
-                out.append(Difference("service-active", want.name, "active" if want.running else "inactive",
-                                      unit.active, stage))
-        elif isinstance(want, GroupWant):
-            group = state.group(want.name)
-            if group is None:
-                out.append(Difference("group", want.name, "present", "absent", stage))
-            else:
-                missing = sorted(set(want.members) - set(group["members"]))
-                if missing:
-                    out.append(Difference("group-members", want.name, sorted(want.members), group["members"], stage))
-    return out
+    """Every want that ``state`` does not satisfy, as expected vs actual: each want's own :meth:`unmet`, the same
+    answer the operations act on."""
+    return [difference for want in wants for difference in want.unmet(state, stage)]

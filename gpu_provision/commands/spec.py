@@ -98,7 +98,7 @@ def _gpu_plan(node: Node) -> dict:
     if modules == "auto" and model is not None:
         modules = "open" if model.open_modules_supported else "proprietary"
     return {
-        "driver": {"version": driver.version or f"{driver.pinned_branch}.*", "kernel_modules": modules,
+        "driver": {"version": driver.spell("package"), "kernel_modules": modules,
                    "install_method": driver.install_method},
         "toolkit": node.toolkit.version,
         "mig": {str(gpu): ({"enabled": False} if not layout.enabled else

@@ -45,16 +45,6 @@ class DoctorExpectations:
                    runtime=doc.get("runtime"), kubernetes=bool(doc.get("kubernetes")))
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """``12.4.1`` -> ``(12, 4, 1)``, for comparing versions; non-numeric parts end the key."""
-    out = []
-    for part in version.split("."):
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
-
-
 @dataclass(frozen=True)
 class Evidence:
     """One node's bundle: ``files`` maps archive names (``kernel/nvidia.log``, ``files/etc/docker/daemon.json``) to

@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from gpu_provision.doctor.evidence import Evidence, version_key
+from gpu_provision.doctor.evidence import Evidence
 from gpu_provision.doctor.xid import xid_events
+from gpu_provision.node.versions import version_key
 
 
 class Found(NamedTuple):

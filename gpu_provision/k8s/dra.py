@@ -17,7 +17,7 @@ from gpu_provision.k8s.device_plugin import GPU_TOLERATION
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.nodes import PRESENT_LABEL
 from gpu_provision.k8s.objects import Obj, meta
-from gpu_provision.spec.catalog import version_tuple
+from gpu_provision.node.versions import version_key
 from gpu_provision.spec.dradata import DATA, DEVICE_CLASSES, DRIVER_NAME
 from gpu_provision.spec.model import Cluster, Kubernetes
 from gpu_provision.spec.namespaces import SYSTEM
@@ -85,7 +85,7 @@ def class_names(k8s: Kubernetes) -> list[str]:
 def feature_gates(version: str) -> dict[str, bool]:
     """The Kubernetes feature gates DRA allocation needs on ``version`` (empty where the defaults serve)."""
     return {gate: True for gate, facts in DATA["feature_gates"].items()
-            if version_tuple(version) < version_tuple(facts["set_below"])}
+            if version_key(version) < version_key(facts["set_below"])}
 
 
 def rbac() -> list[Obj]:

@@ -13,15 +13,21 @@ from gpu_provision.state import NodeStateData
 
 
 def plan(wants: Sequence[GroupWant], state: NodeStateData) -> list[str]:
-    """Commands that create the groups and add missing members (members are never removed)."""
+    """Commands that create the groups and add missing members (members are never removed).
+
+    What is unmet is each want's own :meth:`~gpu_provision.desired.GroupWant.unmet`, the answer drift reports.
+    """
     commands: list[str] = []
     for want in wants:
-        group = state.group(want.name)
+        unmet = {d.kind: d for d in want.unmet(state)}
         name = shlex.quote(want.name)
-        if group is None:
+        missing: set[str] = set()
+        if "group" in unmet:
             commands.append(f"groupadd {name}")
-        members = set(group["members"]) if group else set()
-        for user in sorted(set(want.members) - members):
+            missing = set(want.members)
+        elif "group-members" in unmet:
+            missing = set(want.members) - set(unmet["group-members"].actual)
+        for user in sorted(missing):
             quoted = shlex.quote(user)
             commands.append(
                 f"id -u {quoted} >/dev/null 2>&1 || "

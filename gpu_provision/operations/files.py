@@ -44,21 +44,21 @@ def changed_paths(target: Any) -> set[str]:
     return set(_phase_paths(target))
 
 
-def _content_matches(want: FileWant, current: FileState) -> bool:
-    # The same rule drift checks use: merged JSON compares parsed content, since other tools (nvidia-ctk) lay
-    # out the same keys their own way and rewriting would restart the service on every run.
-    return want.satisfied_by(current)
+def _content_unmet(want: FileWant, current: FileState) -> bool:
+    return any(d.kind == "file" for d in want.unmet_at(current))
 
 
 def plan(want: FileWant, current: FileState) -> list[Any]:
     """Commands that bring one file from ``current`` to ``want`` (empty when it is already there).
 
     New content is written atomically (:mod:`gpu_provision.operations.atomic`) with its owner, group and mode; a
-    file whose content already matches only gets its owner or mode fixed.
+    file whose content already matches only gets its owner or mode fixed. What differs is the want's own
+    :meth:`~gpu_provision.desired.FileWant.unmet_at`, the answer drift reports.
     """
     commands: list[Any] = []
     quoted = shlex.quote(want.path)
-    if not _content_matches(want, current):
+    unmet = {d.kind for d in want.unmet_at(current)}
+    if "file" in unmet:
         text = want.desired_text(current.content if current.exists else None)
         parent = posixpath.dirname(want.path) or "/"
         commands.append(f"mkdir -p {shlex.quote(parent)}")
@@ -66,16 +66,16 @@ def plan(want: FileWant, current: FileState) -> list[Any]:
             commands.append(f"cp -a {quoted} {shlex.quote(want.path + BACKUP_SUFFIX)}")
         commands.append(atomic.write(want.path, text, want.mode, want.owner, want.group))
         return commands
-    if current.owner != want.owner or current.group != want.group:
+    if unmet & {"file-owner", "file-group"}:
         commands.append(f"chown {want.owner}:{want.group} {quoted}")
-    if current.mode != want.mode:
+    if "file-mode" in unmet:
         commands.append(f"chmod {want.mode} {quoted}")
     return commands
 
 
 def content_changes(wants: Sequence[FileWant], state: NodeStateData) -> set[str]:
     """Paths among ``wants`` whose content differs on the node (mode/owner changes do not count)."""
-    return {w.path for w in wants if not _content_matches(w, state.file(w.path))}
+    return {w.path for w in wants if _content_unmet(w, state.file(w.path))}
 
 
 @operation()

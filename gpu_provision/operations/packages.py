@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -13,6 +12,7 @@ from typing import Any
 from pyinfra.api import operation
 
 from gpu_provision.desired import PackageWant, request_for, version_matches
+from gpu_provision.node.versions import version_key
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
 from gpu_provision.operations.files import changed_paths
 from gpu_provision.spec.settings import default
@@ -68,36 +68,20 @@ def dnf_spec(want: PackageWant) -> str:
     return f"{want.name}-{want.version}" if want.version else want.name
 
 
-def _segments(version: str) -> list[int | str]:
-    """A version's comparable parts as rpm and dpkg order them: runs of digits (as numbers) and of letters."""
-    epoch, _, rest = version.rpartition(":")
-    return [int(epoch or 0), *(int(p) if p.isdigit() else p for p in re.findall(r"[0-9]+|[A-Za-z]+", rest))]
-
-
 def is_downgrade(wanted: str | None, installed: str | None) -> bool:
     """Whether reaching ``wanted`` from the installed version goes down (a rollback): a lower exact version, or a
-    branch glob (``580.*``) below the installed one's.
+    branch glob (``580.*``) below the installed one's branch.
 
-    Parts compare as rpm's and dpkg's version orders do for the versions NVIDIA and Kubernetes publish (numbers as
-    numbers, a number above letters, more parts above fewer); a glob compares only as many parts as it gives.
+    Versions compare in the one order of :mod:`gpu_provision.node.versions` (dpkg's; rpm's agrees on the versions
+    NVIDIA and Kubernetes publish); a glob compares only as many parts as it gives.
     """
     if not wanted or not installed or version_matches(wanted, installed):
         return False
-    glob = wanted.endswith("*")
-    want = _segments(wanted.rstrip("*").rstrip(".-"))
-    have = _segments(installed)
-    if glob:
-        have = have[:len(want)]
-    for a, b in zip(want, have, strict=False):
-        if a != b:
-            if isinstance(a, int) != isinstance(b, int):
-                return isinstance(b, int)
-            return a < b  # type: ignore[operator]
-    return len(want) < len(have)
-
-
-def _needs_install(want: PackageWant, state: NodeStateData) -> bool:
-    return want.present and not version_matches(want.version, state.package(want.name).version)
+    if wanted.endswith("*"):
+        branch = wanted.rstrip("*").rstrip(".-")
+        parts = branch.count(".") + 1
+        return version_key(branch, parts) < version_key(installed, parts)
+    return version_key(wanted) < version_key(installed)
 
 
 def apt_lock_wait(seconds: int) -> str:
@@ -113,9 +97,11 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
     failing; dnf waits for the holder of its own lock by itself.
     """
     manager = state.package_manager
-    install = [w for w in wants if _needs_install(w, state)]
-    remove = [w for w in wants if not w.present and state.package(w.name).version is not None]
-    hold = [w for w in wants if w.present and w.held and (w in install or not state.package(w.name).held)]
+    unmet = [(w, {d.kind for d in w.unmet(state)}) for w in wants]
+    install = [w for w, kinds in unmet if w.present and "package" in kinds]
+    remove = [w for w, kinds in unmet if not w.present and "package" in kinds]
+    # An install moves the package, so its hold is set again with it.
+    hold = [w for w, kinds in unmet if w.present and w.held and (w in install or "package-hold" in kinds)]
     if not (install or remove or hold):
         return []
     if manager == "apt":

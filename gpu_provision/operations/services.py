@@ -19,25 +19,32 @@ _RESET = "systemctl reset-failed"
 UNIT_DIRS = ("/etc/systemd/system/", "/lib/systemd/system/", "/usr/lib/systemd/system/", "/run/systemd/system/")
 
 
+def _active(state: NodeStateData, name: str) -> bool:
+    unit = state.unit(name)
+    return unit is not None and unit.active == "active"
+
+
 def plan(wants: Sequence[UnitWant], state: NodeStateData, changed: set[str]) -> list[str]:
-    """Commands for ``wants`` given the node's units and the paths that changed in this run."""
+    """Commands for ``wants`` given the node's units and the paths that changed in this run.
+
+    What is unmet is each want's own :meth:`~gpu_provision.desired.UnitWant.unmet`, the answer drift reports; a
+    missing unit is enabled and started as wanted (its package may be installed by an earlier operation of this
+    run). A restart after a configuration change is no unmet want but an event of this run, so it is decided here.
+    """
     commands: list[str] = []
     if any(path.startswith(UNIT_DIRS) for path in changed):
         commands.append("systemctl daemon-reload")
     for want in wants:
-        unit = state.unit(want.name)
+        unmet = {d.kind for d in want.unmet(state)}
         name = shlex.quote(want.name)
-        enabled = unit is not None and unit.enabled == "enabled"
-        active = unit is not None and unit.active == "active"
-        if want.enabled is True and not enabled:
-            commands.append(f"systemctl enable {name}")
-        elif want.enabled is False and enabled:
-            commands.append(f"systemctl disable {name}")
-        if want.running is True and not active:
-            commands.append(f"{_RESET} {name} 2>/dev/null; systemctl start {name}")
-        elif want.running is False and active:
-            commands.append(f"systemctl stop {name}")
-        elif want.running is not False and active and changed.intersection(want.restart_on):
+        missing = "service" in unmet
+        if "service-enabled" in unmet or (missing and want.enabled):
+            commands.append(f"systemctl {'enable' if want.enabled else 'disable'} {name}")
+        if "service-active" in unmet or (missing and want.running):
+            commands.append(f"{_RESET} {name} 2>/dev/null; systemctl start {name}" if want.running
+                            else f"systemctl stop {name}")
+        elif want.running is not False and _active(state, want.name) \
+                and changed.intersection(want.restart_on):
             commands.append(f"{_RESET} {name} 2>/dev/null; systemctl restart {name}")
     return commands
 

@@ -82,8 +82,3 @@ def model(key: str) -> GpuModel | None:
     """The model whose key or product name ``key`` spells, in any case and common spelling (``"h200"``,
     ``"H200"``, ``"NVIDIA H200"``, ``"h100-80gb"``, ``"H100 80GB HBM3"``; see :func:`spelling`), else None."""
     return models().get(key) or _by_spelling().get(spelling(key))
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"550.90.07"`` -> ``(550, 90, 7)``; non-numeric parts count as 0."""
-    return tuple(int(p) if p.isdigit() else 0 for p in version.split("."))

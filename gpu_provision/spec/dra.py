@@ -7,7 +7,7 @@ strategy. A cluster file that passes here can run the driver's kubelet plugin on
 
 from __future__ import annotations
 
-from gpu_provision.spec.catalog import version_tuple
+from gpu_provision.node.versions import version_key
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.dradata import CONTAINERD_MIN, DRIVER_BRANCH_MIN, KUBERNETES_MIN
 from gpu_provision.spec.model import Cluster, Node
@@ -26,7 +26,7 @@ def check(cluster: Cluster, ctx: Context) -> None:
     k8s = cluster.kubernetes
     if not (k8s.enabled and k8s.dra):
         return
-    if version_tuple(k8s.version) < version_tuple(KUBERNETES_MIN):
+    if version_key(k8s.version) < version_key(KUBERNETES_MIN):
         written = "version" in (ctx.document["cluster"].get("kubernetes") or {})
         ctx.add(("cluster", "kubernetes", "version" if written else "gpu_allocation"),
                 f"gpu_allocation: dra with Kubernetes {k8s.version}: {WHY_KUBERNETES.format(min=KUBERNETES_MIN)} "
@@ -38,18 +38,19 @@ def check(cluster: Cluster, ctx: Context) -> None:
 
 def _node(ctx: Context, index: int, node: Node) -> None:
     driver = node.driver
-    if driver.version and version_tuple(driver.version)[0] < DRIVER_BRANCH_MIN:
+    branch = driver.spell("branch")
+    if driver.version and int(branch) < DRIVER_BRANCH_MIN:
         ctx.add_node(index, ("driver", "version"),
                      f"driver {driver.version} with gpu_allocation: dra: {WHY_DRIVER.format(min=DRIVER_BRANCH_MIN)} "
                      f"(allowed: a {DRIVER_BRANCH_MIN} or newer driver, or gpu_allocation: device-plugin)")
-    elif not driver.version and driver.pinned_branch.isdigit() and int(driver.pinned_branch) < DRIVER_BRANCH_MIN:
+    elif not driver.version and branch.isdigit() and int(branch) < DRIVER_BRANCH_MIN:
         ctx.add_node(index, ("driver", "branch"),
-                     f"driver branch {driver.pinned_branch} with gpu_allocation: dra: "
+                     f"driver branch {branch} with gpu_allocation: dra: "
                      f"{WHY_DRIVER.format(min=DRIVER_BRANCH_MIN)} "
                      f"(allowed: branch {DRIVER_BRANCH_MIN} or newer, or gpu_allocation: device-plugin)")
     runtime = node.container_runtime
     if runtime.kind == "containerd" and runtime.version \
-            and version_tuple(runtime.version) < version_tuple(CONTAINERD_MIN):
+            and version_key(runtime.version) < version_key(CONTAINERD_MIN):
         ctx.add_node(index, ("container_runtime", "version"),
                      f"containerd {runtime.version} with gpu_allocation: dra: "
                      f"{WHY_RUNTIME.format(min=CONTAINERD_MIN)} "

@@ -9,7 +9,7 @@ value is written here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, overload
 
 from gpu_provision.node.mig.model import GpuLayout
 from gpu_provision.spec.defaults import FLAT_SUITE
@@ -23,6 +23,8 @@ SharingStrategy = Literal["none", "time-slicing", "mps"]
 MigStrategy = Literal["none", "single", "mixed"]
 GpuAllocation = Literal["device-plugin", "dra"]
 PodSecurityLevel = Literal["baseline", "restricted"]
+#: The uses a driver version is spelled for; see :meth:`Driver.spell`.
+DriverVersionUse = Literal["branch", "package", "pin", "reported"]
 
 
 @dataclass(frozen=True)
@@ -204,12 +206,36 @@ class Driver:
     #: Hold the running kernel's metapackages so only the deploy moves the kernel.
     hold_kernel: bool = default("driver.hold_kernel")
 
-    @property
-    def pinned_branch(self) -> str:
-        """The branch the pin applies to (from ``version`` when an exact version is given)."""
+    @overload
+    def spell(self, use: Literal["branch", "pin", "reported"], family: str | None = None) -> str: ...
+
+    @overload
+    def spell(self, use: Literal["package"], family: str | None = None) -> str | None: ...
+
+    def spell(self, use: DriverVersionUse, family: str | None = None) -> str | None:
+        """The wanted driver version as one use spells it, so the deploy, its plan, drift and verification name
+        the same driver:
+
+        - ``branch``: ``580`` (from ``version`` when an exact version is given), for package names
+          (``nvidia-driver-580``) and module streams;
+        - ``package``: the version driver packages are installed at, as the package manager takes it: the exact
+          version (``580.159.04``; apt adds ``-*``, dnf takes any release), else the branch as a glob (``580.*``);
+          None on Ubuntu (``family``) without an exact version, whose package names carry the branch. This is what
+          ``gpu-provision plan`` shows (without a family: what every repository install gets);
+        - ``pin``: the apt pin's and version lock's version glob (``580.159.04*``, ``580.*``);
+        - ``reported``: what nvidia-smi and ``/proc/driver/nvidia/version`` must report, the version or its branch
+          (``580.159.04``, ``580``), as :func:`gpu_provision.node.verify.checks.driver_matches` compares it.
+        """
+        branch = self.version.split(".")[0] if self.version else str(self.branch)
+        if use == "branch":
+            return branch
+        if use == "reported":
+            return self.version or branch
+        if use == "pin":
+            return f"{self.version}*" if self.version else f"{branch}.*"
         if self.version:
-            return self.version.split(".")[0]
-        return str(self.branch)
+            return self.version
+        return None if family == "ubuntu" else f"{branch}.*"
 
 
 @dataclass(frozen=True)

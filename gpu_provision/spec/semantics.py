@@ -14,8 +14,8 @@ import re
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
+from gpu_provision.node.versions import version_key
 from gpu_provision.spec import catalog, dra, keyfile, mig, namespaces, nodepaths
-from gpu_provision.spec.catalog import version_tuple
 from gpu_provision.spec.context import Context
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
@@ -183,12 +183,12 @@ def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None
     needed = model.mig.min_driver if model.mig and node.mig.enabled else model.min_driver
     what = "MIG on" if model.mig and node.mig.enabled else model.key
     if driver.version:
-        if version_tuple(driver.version) < version_tuple(needed):
+        if version_key(driver.version) < version_key(needed):
             ctx.add_node(index, ("driver", "version"), f"driver {driver.version} does not support {what} "
                                                         f"(allowed: {needed} or newer)")
-    elif int(driver.pinned_branch) < version_tuple(needed)[0]:
-        ctx.add_node(index, ("driver", "branch"), f"driver branch {driver.pinned_branch} does not support {what} "
-                                                   f"(allowed: branch {version_tuple(needed)[0]} or newer)")
+    elif version_key(driver.spell("branch"), 1) < version_key(needed, 1):
+        ctx.add_node(index, ("driver", "branch"), f"driver branch {driver.spell('branch')} does not support {what} "
+                                                   f"(allowed: branch {needed.split('.')[0]} or newer)")
     if driver.kernel_modules == "proprietary" and model.open_modules_required:
         ctx.add_node(index, ("driver", "kernel_modules"), f"{model.key} needs the open kernel modules "
                                                            "(allowed: open, auto)")
@@ -357,12 +357,12 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
     for index, node in enumerate(cluster.nodes):
         version = node.container_runtime.version
         # Kubernetes 1.26 removed CRI v1alpha2; containerd 1.6 is the oldest release serving CRI v1.
-        if version and version_tuple(version) < (1, 6):
+        if version and version_key(version) < version_key("1.6"):
             ctx.add_node(index, ("container_runtime", "version"),
                          f"containerd {version} cannot serve Kubernetes {k8s.version} (allowed: 1.6 or newer)")
         # containerd 2.x is supported from Kubernetes 1.30 (kubelet drops its v1alpha2 fallback there).
-        if node.container_runtime.kind == "containerd" and version and version_tuple(version) >= (2,) \
-                and version_tuple(k8s.version) < (1, 30):
+        if node.container_runtime.kind == "containerd" and version and version_key(version) >= version_key("2") \
+                and version_key(k8s.version) < version_key("1.30"):
             ctx.add_node(index, ("container_runtime", "version"),
                          f"containerd {version} needs Kubernetes 1.30 or newer (have {k8s.version})")
     names = Counter(t.name for t in k8s.teams)

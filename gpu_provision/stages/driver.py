@@ -15,6 +15,7 @@ from gpu_provision import kernel_guard
 from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.node.driver_version import module_version
+from gpu_provision.node.verify.checks import driver_matches
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
@@ -82,16 +83,6 @@ def fabric_manager(node: Node) -> bool:
     return node.gpus.model in NVSWITCH_MODELS and node.gpus.count == 8
 
 
-def driver_version(node: Node, fam: str | None) -> str | None:
-    """The version packages are installed at: exact when the file names one, else the branch as a glob.
-
-    Ubuntu's package names carry the branch, so only an exact version is given there.
-    """
-    if node.driver.version:
-        return node.driver.version
-    return None if fam == "ubuntu" else f"{node.driver.pinned_branch}.*"
-
-
 def driver_packages(node: Node, state: NodeStateData) -> list[str]:
     """The driver's package names on this node (meta, user space, kernel modules)."""
     fam = family(state.system)
@@ -100,7 +91,7 @@ def driver_packages(node: Node, state: NodeStateData) -> list[str]:
     entry = catalog()["driver"][fam]
     kind = f"precompiled_{modules(node)}" if precompiled(state) else modules(node)
     template = entry[kind]
-    return names(template, branch=node.driver.pinned_branch, flavour=node_flavour(state),
+    return names(template, branch=node.driver.spell("branch"), flavour=node_flavour(state),
                  kernel=str(state.system.get("kernel", "")))
 
 
@@ -139,7 +130,7 @@ def module_stream(node: Node, state: NodeStateData) -> str | None:
     entry = catalog()["driver"]["rhel"]["module_stream"]
     if rhel_major(state) not in entry["majors"]:
         return None
-    return str(entry[modules(node)]).format(branch=node.driver.pinned_branch)
+    return str(entry[modules(node)]).format(branch=node.driver.spell("branch"))
 
 
 def branch_lock(node: Node, state: NodeStateData) -> str | None:
@@ -149,7 +140,7 @@ def branch_lock(node: Node, state: NodeStateData) -> str | None:
     entry = catalog()["driver"]["rhel"]["versionlock"]
     if rhel_major(state) not in entry["majors"] or node.driver.version:
         return None
-    return str(entry["glob"]).format(branch=node.driver.pinned_branch)
+    return str(entry["glob"]).format(branch=node.driver.spell("branch"))
 
 
 def prerequisite_commands(state: NodeStateData) -> list[str]:
@@ -188,8 +179,7 @@ def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
     globs = tuple(catalog()["driver"][fam]["pin"]) if fam else ()
     if not globs:
         return []
-    version = f"{node.driver.version}*" if node.driver.version else f"{node.driver.pinned_branch}.*"
-    return [repos.Pin(globs, version)]
+    return [repos.Pin(globs, node.driver.spell("pin"))]
 
 
 def uses_repository(state: NodeStateData) -> bool:
@@ -206,11 +196,11 @@ def managed(node: Node) -> bool:
 def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     """Driver, Fabric Manager and missing kernel header packages."""
     fam = family(state.system)
-    version = driver_version(node, fam)
+    version = node.driver.spell("package", fam)
     out = [PackageWant(name, None if kernel_versioned(name) else version, held=True)
            for name in driver_packages(node, state)]
     if fabric_manager(node) and fam:
-        for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.pinned_branch):
+        for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.spell("branch")):
             out.append(PackageWant(name, version, held=True))
     out.extend(PackageWant(name) for name in header_packages(node, state))
     out.extend(kernel_hold_wants(node, state))
@@ -272,7 +262,7 @@ def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
 def _all_package_names(node: Node) -> set[str]:
     """Every driver package name any OS family could use (kernel-dependent names are asked for later)."""
     out: set[str] = set()
-    branch = node.driver.pinned_branch
+    branch = node.driver.spell("branch")
     for entry in catalog()["driver"].values():
         for key in ("open", "proprietary", "fabric_manager"):
             out.update(n for n in names(entry.get(key, []), branch=branch, flavour="", kernel="")
@@ -324,11 +314,10 @@ def preinstalled_problems(node: Node, state: NodeStateData) -> list[str]:
     if gpu.get("smi_rc") != 0:
         return [f"the driver is to be preinstalled but nvidia-smi fails: {gpu.get('smi_error') or 'not found'}"]
     versions = sorted({g.get("driver_version", "") for g in gpu.get("gpus", [])})
-    wanted = node.driver.version or f"{node.driver.pinned_branch}."
-    if not versions or not all(v == wanted or (not node.driver.version and v.startswith(wanted))
-                               for v in versions):
+    wanted = node.driver.spell("reported")
+    if not versions or not all(driver_matches(v, wanted) for v in versions):
         return [f"preinstalled driver is {', '.join(versions) or 'unknown'}, the file wants "
-                f"{node.driver.version or 'branch ' + node.driver.pinned_branch}"]
+                f"{node.driver.version or 'branch ' + wanted}"]
     return []
 
 

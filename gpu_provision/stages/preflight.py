@@ -82,7 +82,7 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
     kernels = sorted({str(system.get("kernel", "")), str(system.get("kernel_pending", ""))} - {""})
     if driver.precompiled(state):
         available = set(state.section("runtime").get("precompiled_modules", []))
-        stem = f"linux-modules-nvidia-{node.driver.pinned_branch}-server{'-open' if kind == 'open' else ''}"
+        stem = f"linux-modules-nvidia-{node.driver.spell('branch')}-server{'-open' if kind == 'open' else ''}"
         for kernel in kernels:
             if f"{stem}-{kernel}" not in available:
                 out.append(Finding("precompiled-modules",

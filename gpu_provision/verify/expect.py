@@ -218,7 +218,7 @@ def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False) ->
     image = node.verify.container_image
     return build_expectations(
         node.name, node.gpus.model, node.gpus.count,
-        driver_version=node.driver.version or node.driver.pinned_branch,
+        driver_version=node.driver.spell("reported"),
         cuda_min=node.driver.cuda_min,
         bandwidth_ratio=node.verify.bandwidth_min_ratio,
         persistence=node.driver.persistenced,

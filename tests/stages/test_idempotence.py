@@ -52,7 +52,7 @@ def _after_deploy(name: str, os_key: str, containerd: str) -> dict[str, Any]:
         raw["runtime"].update(cdi_spec_mtime=2000, driver_installed_at=1000)
     if node.driver.install_method == "preinstalled":
         # The image's driver (a vGPU host's vGPU Manager) was there before the deploy: nvidia-smi answers.
-        raw["gpu"].update(smi_rc=0, gpus=[{"driver_version": f"{node.driver.pinned_branch}.105.08"}] * node.gpus.count)
+        raw["gpu"].update(smi_rc=0, gpus=[{"driver_version": f"{node.driver.spell('branch')}.105.08"}] * node.gpus.count)
     return raw
 
 

@@ -4,6 +4,7 @@ disk and loaded modules."""
 import os
 import sys
 
+from ..versions import version_key
 from . import _command, _dpkg
 
 
@@ -25,10 +26,6 @@ def running_kernel():
     return os.uname().release
 
 
-def _kernel_key(version):
-    return [int(p) if p.isdigit() else p for p in version.replace("-", ".").split(".")]
-
-
 def _pending_kernel(running):
     # The newest installed kernel is the one the next boot picks (Debian, Ubuntu and RHEL default boot order).
     installed = set()
@@ -41,7 +38,7 @@ def _pending_kernel(running):
             pass
     if not installed:
         return running, []
-    ordered = sorted(installed, key=_kernel_key)
+    ordered = sorted(installed, key=version_key)
     return ordered[-1], ordered
 
 

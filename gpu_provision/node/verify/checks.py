@@ -7,19 +7,14 @@ expectation makes a failure.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from typing import Any
 
 from ..driver_version import module_version
 from ..mig.model import GpuLayout, Placement
+from ..versions import version_key
 from .nvsmi import device_count, parse_list
 from .report import Check, failed, judge, passed, skipped
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    """Turn ``580.159.04`` or ``13.0`` into a tuple of ints for ordering."""
-    return tuple(int(part) for part in re.findall(r"\d+", text))
 
 
 def driver_matches(actual: str, pinned: str) -> bool:
@@ -59,7 +54,7 @@ def cuda_version_check(cuda_version: str | None, expect: dict[str, Any], source:
         return skipped("node.cuda.version", "no minimum CUDA version in the cluster file")
     if cuda_version is None:
         return skipped("node.cuda.version", f"CUDA driver version unreadable ({source})", expected=f">= {minimum}")
-    return judge("node.cuda.version", version_tuple(cuda_version) >= version_tuple(minimum), cuda_version,
+    return judge("node.cuda.version", version_key(cuda_version) >= version_key(minimum), cuda_version,
                  f">= {minimum}", f"driver supports CUDA {cuda_version}, below the required {minimum}")
 
 

@@ -1,0 +1,57 @@
+"""The one order of version strings: package versions, kernel releases, driver and CUDA versions.
+
+One home for every comparison, on the node (the probe's newest installed kernel, the verifier's CUDA minimum) and on
+the controller (rollbacks in the package operation, the cluster file's version checks, the doctor's CUDA rule), so
+the two sides never order one pair of versions differently. Node-side code: Python 3.9+, standard library; the
+controller imports it like the rest of :mod:`gpu_provision.node`.
+
+The order is dpkg's (``[epoch:]upstream[-revision]``; digits compare as numbers, letters below other characters, and
+``~`` below everything, even the end of the string, so ``1.0~rc1`` comes before ``1.0``). rpm orders the versions
+that NVIDIA, Docker, Kubernetes and the kernels publish the same way (``3:580.95.05-1.el9``, ``1.36.4-1.1``).
+"""
+
+from typing import List, Optional, Tuple
+
+_Part = Tuple[Tuple[int, ...], int]
+#: What a missing part compares as: no letters, number 0 (so ``1.0`` is below ``1.0.1`` and above ``1.0~rc1``).
+_END: _Part = ((0,), 0)
+
+
+def _char(c: str) -> int:
+    if c == "~":
+        return -1
+    return ord(c) if c.isalpha() else ord(c) + 256
+
+
+def _parts(text: str) -> List[_Part]:
+    """``text`` as dpkg compares it: alternating runs of non-digits (by character) and digits (as a number)."""
+    out: List[_Part] = []
+    i = 0
+    while i < len(text):
+        j = i
+        while j < len(text) and not text[j].isdigit():
+            j += 1
+        k = j
+        while k < len(text) and text[k].isdigit():
+            k += 1
+        out.append((tuple(_char(c) for c in text[i:j]) + (0,), int(text[j:k] or 0)))
+        i = k
+    out.append(_END)
+    return out
+
+
+def version_key(version: str, parts: Optional[int] = None) -> Tuple[int, List[_Part], List[_Part]]:
+    """A sort key for ``version``: ``sorted(versions, key=version_key)`` puts the newest last.
+
+    ``parts`` keeps only that many dot-separated parts of the upstream version and drops the revision, to compare
+    a branch (``580`` of a ``580.*`` glob) with a full version (``590.44.01-1`` as ``590``).
+    """
+    epoch, colon, rest = version.partition(":")
+    if not colon or not epoch.isdigit():
+        epoch, rest = "0", version
+    upstream, dash, revision = rest.rpartition("-")
+    if not dash:
+        upstream, revision = rest, ""
+    if parts is not None:
+        upstream, revision = ".".join(upstream.split(".")[:parts]), ""
+    return int(epoch), _parts(upstream), _parts(revision)
