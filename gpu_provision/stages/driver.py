@@ -27,8 +27,6 @@ BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 BLACKLIST_TEXT = "# Managed by gpu-provision\nblacklist nouveau\noptions nouveau modeset=0\n"
 PERSISTENCED = "nvidia-persistenced.service"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"
-#: Models sold as 8-GPU NVSwitch baseboards (HGX), where Fabric Manager must run for the GPUs to be usable.
-NVSWITCH_MODELS = ("H100-80GB", "H200", "B200")
 # A node without an initramfs generator loads its modules from the root file system, where the modprobe files
 # already are: there is nothing to rebuild.
 INITRAMFS = {"ubuntu": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
@@ -76,10 +74,12 @@ def node_flavour(state: NodeStateData) -> str:
 
 
 def fabric_manager(node: Node) -> bool:
-    """Fabric Manager wanted: as the file says, else on for 8-GPU NVSwitch models."""
+    """Fabric Manager wanted: as the file says, else on for 8 GPUs of a model its data file lists NVSwitch
+    baseboards for (``fabric.nvswitch_baseboards``)."""
     if node.driver.fabric_manager is not None:
         return node.driver.fabric_manager
-    return node.gpus.model in NVSWITCH_MODELS and node.gpus.count == 8
+    model = gpus.model(node.gpus.model) if node.gpus.model else None
+    return bool(model and model.nvswitch_baseboards) and node.gpus.count == 8
 
 
 def driver_version(node: Node, fam: str | None) -> str | None:
