@@ -274,8 +274,11 @@ _node_props = {
                          "e.g. '12.4' (quote it: 12.10 unquoted reads as 12.1).", "pattern": _VERSION,
                          "minimum": 0, "maximum": 9999,
                          "x-allowed": "a CUDA version such as '12.4'"},
-            "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8 GPUs of a "
-                                 "model whose data file lists NVSwitch baseboards (fabric.nvswitch_baseboards)."),
+            "fabric_manager": {"type": ["boolean", "string"], "enum": ["auto", True, False], "default": "auto",
+                               "description": "NVIDIA Fabric Manager with NSCQ, and NVLSM where the GPU model's data "
+                                              "file says its NVSwitch baseboards need it (fabric.nvlsm): 'auto' "
+                                              "installs them when the node's PCI bus has NVSwitches; true or false "
+                                              "forces it, and preflight stops a node whose bus says otherwise."},
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
             "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
                               "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "
