@@ -1,5 +1,5 @@
-"""GPU model data: product names, PCI ids, architecture, bandwidth, driver minimums, kernel modules, NVSwitch
-baseboards, MIG and vGPU tables.
+"""GPU model data: product names, PCI ids, architecture, bandwidth, driver minimums, kernel modules, the NVSwitch
+fabric's needs, MIG and vGPU tables.
 
 The facts live in ``gpu_provision/data/gpus/<MODEL>.json``, one file per model, each naming its sources; they are
 read by :mod:`gpu_provision.node.catalog` (the one reader) and typed here. A new model is one new file: no code
@@ -37,9 +37,9 @@ class GpuModel:
     open_modules_required: bool
     #: Whether NVIDIA's open kernel modules drive this model (``driver.kernel_modules: auto`` picks them then).
     open_modules_supported: bool
-    #: The 8-GPU baseboards of this model that carry NVSwitches (Fabric Manager's boards); empty for none.
-    nvswitch_baseboards: tuple[str, ...]
-    #: Whether those baseboards' NVSwitches need the NVLink Subnet Manager (NVLSM) beside Fabric Manager.
+    #: Whether the NVSwitches of this model's baseboards need the NVLink Subnet Manager (NVLSM) beside Fabric
+    #: Manager. The data file also names those baseboards (``fabric.nvswitch_baseboards``) for its reader; whether
+    #: a node has NVSwitches is read from its PCI bus, since one model comes on boards with and without them.
     nvlsm: bool
     #: The model's MIG table (the node-side MIG model's type, shared with the node applier), None without MIG.
     mig: ProfileTable | None
@@ -59,7 +59,6 @@ def _typed(doc: dict[str, Any]) -> GpuModel:
         min_driver=doc["min_driver"],
         open_modules_required=doc.get("open_modules_required", False),
         open_modules_supported=bool(doc["open_modules_supported"]),
-        nvswitch_baseboards=tuple(fabric.get("nvswitch_baseboards", ())),
         nvlsm=bool(fabric.get("nvlsm", False)),
         mig=mig,
         vgpu_types=tuple(doc.get("vgpu", {}).get("types", ())),
