@@ -17,7 +17,7 @@ DEFAULT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 #: Keys every model file has; a file without them is refused with its path rather than failing later.
 REQUIRED = ("model", "product_names", "pci_device_ids", "architecture", "memory_gib", "memory_bandwidth_gbs",
-            "min_driver")
+            "min_driver", "open_modules_supported")
 
 
 class CatalogError(Exception):

@@ -201,7 +201,8 @@ class Driver:
     reboot: Literal["allowed", "never"] = default("driver.reboot")
     #: Minimum CUDA version the driver must support (``nvidia-smi`` "CUDA Version").
     cuda_min: str | None = None
-    fabric_manager: bool | None = None
+    #: ``"auto"`` (from the node's PCI bus, :mod:`gpu_provision.stages.fabric`) or forced true/false.
+    fabric_manager: bool | Literal["auto"] = default("driver.fabric_manager")
     persistenced: bool = default("driver.persistenced")
     #: Hold the running kernel's metapackages so only the deploy moves the kernel.
     hold_kernel: bool = default("driver.hold_kernel")

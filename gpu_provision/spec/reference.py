@@ -40,7 +40,7 @@ def _type(schema: dict[str, Any]) -> str:
 
 def _allowed(schema: dict[str, Any]) -> str:
     if "enum" in schema:
-        return ", ".join(f"`{v}`" for v in schema["enum"])
+        return ", ".join(f"`{v if isinstance(v, str) else json.dumps(v)}`" for v in schema["enum"])
     if "const" in schema:
         return f"`{schema['const']}`"
     parts = []

@@ -139,7 +139,8 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
         missing = error.message.split("'")[1] if "'" in error.message else error.message
         return [(path, f"missing required key '{missing}'", False)]
     if v == "enum":
-        return [(path, f"{shown} is not allowed (allowed: {', '.join(map(str, value))})", False)]
+        allowed = ", ".join(v if isinstance(v, str) else json.dumps(v) for v in value)
+        return [(path, f"{shown} is not allowed (allowed: {allowed})", False)]
     if v == "const":
         return [(path, f"{shown} is not allowed (allowed: {value})", False)]
     if v == "type" and isinstance(instance, float) and not math.isfinite(instance):

@@ -16,6 +16,7 @@ from functools import cache
 from itertools import chain
 from typing import Any
 
+from gpu_provision.spec import catalog
 from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION, UPSTREAM
 from gpu_provision.spec.dradata import CONTAINERD_MIN as DRA_CONTAINERD_MIN
 from gpu_provision.spec.dradata import DRIVER_BRANCH_MIN as DRA_DRIVER_BRANCH_MIN
@@ -278,8 +279,11 @@ _node_props = {
                          "e.g. '12.4' (quote it: 12.10 unquoted reads as 12.1).", "pattern": _VERSION,
                          "minimum": 0, "maximum": 9999,
                          "x-allowed": "a CUDA version such as '12.4'"},
-            "fabric_manager": _b("Install NVIDIA Fabric Manager (NVSwitch systems). Default: on for 8-GPU "
-                                 "H100/H200/B200 nodes."),
+            "fabric_manager": {"type": ["boolean", "string"], "enum": ["auto", True, False], "default": "auto",
+                               "description": "NVIDIA Fabric Manager with NSCQ, and NVLSM where the GPU model's data "
+                                              "file says its NVSwitch baseboards need it (fabric.nvlsm): 'auto' "
+                                              "installs them when the node's PCI bus has NVSwitches; true or false "
+                                              "forces it, and preflight stops a node whose bus says otherwise."},
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
             "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
                               "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "
@@ -324,8 +328,8 @@ _node_props = {
     "gpus": _obj(
         "The GPUs the node is expected to have (checked by preflight and verification).",
         {
-            "model": _s("GPU model key: H200, H100-80GB, H100-NVL, GH200, A100-40GB, A100-80GB, A30, B200, L40S, "
-                        "L4, A10, T4."),
+            "model": _s("GPU model key, in any case and with or without NVIDIA's brand (product names as nvidia-smi "
+                        "prints them also work): " + ", ".join(catalog.packaged_keys()) + "."),
             "count": _i("Number of GPUs.", minimum=0, maximum=16, default=0),
         },
     ),

@@ -1,5 +1,6 @@
 """NVIDIA driver: repository, pinned and held packages (open or proprietary modules, DKMS or signed precompiled),
-nouveau blacklisted, persistence daemon, Fabric Manager, and a reboot only when one is needed and allowed.
+nouveau blacklisted, persistence daemon, Fabric Manager with NSCQ and NVLSM where the node's bus has NVSwitches
+(:mod:`gpu_provision.stages.fabric`), and a reboot only when one is needed and allowed.
 
 Package names per OS family come from ``gpu_provision/data/packages.json`` with the source each follows.
 """
@@ -21,6 +22,7 @@ from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.stages import fabric
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "driver"
@@ -28,8 +30,6 @@ BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
 BLACKLIST_TEXT = "# Managed by gpu-provision\nblacklist nouveau\noptions nouveau modeset=0\n"
 PERSISTENCED = "nvidia-persistenced.service"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"
-#: Models sold as 8-GPU NVSwitch baseboards (HGX), where Fabric Manager must run for the GPUs to be usable.
-NVSWITCH_MODELS = ("H100-80GB", "H200", "B200")
 # A node without an initramfs generator loads its modules from the root file system, where the modprobe files
 # already are: there is nothing to rebuild.
 INITRAMFS = {"ubuntu": "if command -v update-initramfs >/dev/null; then update-initramfs -u; fi",
@@ -74,13 +74,6 @@ def kernel_versioned(name: str) -> bool:
 def node_flavour(state: NodeStateData) -> str:
     """The running kernel's flavour on this node."""
     return flavour(str(state.system.get("kernel", "")), str(state.system.get("os_version", "")))
-
-
-def fabric_manager(node: Node) -> bool:
-    """Fabric Manager wanted: as the file says, else on for 8-GPU NVSwitch models."""
-    if node.driver.fabric_manager is not None:
-        return node.driver.fabric_manager
-    return node.gpus.model in NVSWITCH_MODELS and node.gpus.count == 8
 
 
 def driver_packages(node: Node, state: NodeStateData) -> list[str]:
@@ -194,14 +187,15 @@ def managed(node: Node) -> bool:
 
 
 def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
-    """Driver, Fabric Manager and missing kernel header packages."""
+    """Driver, the NVSwitch fabric's (:mod:`gpu_provision.stages.fabric`) and missing kernel header packages."""
     fam = family(state.system)
     version = node.driver.spell("package", fam)
     out = [PackageWant(name, None if kernel_versioned(name) else version, held=True)
            for name in driver_packages(node, state)]
-    if fabric_manager(node) and fam:
-        for name in names(catalog()["driver"][fam]["fabric_manager"], branch=node.driver.spell("branch")):
-            out.append(PackageWant(name, version, held=True))
+    if fam:
+        pinned, own = fabric.package_names(node, fam, fabric.decide(node, state))
+        out.extend(PackageWant(name, version, held=True) for name in pinned)
+        out.extend(PackageWant(name) for name in own)
     out.extend(PackageWant(name) for name in header_packages(node, state))
     out.extend(kernel_hold_wants(node, state))
     return out
@@ -228,12 +222,12 @@ def reboot_refused(node: Node, state: NodeStateData) -> str | None:
     return kernel_guard.blocked_reboot(node, state, dkms=not precompiled(state))
 
 
-def unit_wants(node: Node) -> list[UnitWant]:
-    """nvidia-persistenced (unless turned off) and Fabric Manager where wanted."""
+def unit_wants(node: Node, state: NodeStateData) -> list[UnitWant]:
+    """nvidia-persistenced (unless turned off) and Fabric Manager where decided on."""
     out = []
     if node.driver.persistenced:
         out.append(UnitWant(PERSISTENCED))
-    if fabric_manager(node):
+    if fabric.decide(node, state).fabric_manager:
         out.append(UnitWant(FABRIC_MANAGER))
     return out
 
@@ -256,7 +250,7 @@ def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
     if not managed(node):
         return []
     return [*repository_wants(node, cluster, state), *package_wants(node, state), *file_wants(node),
-            *unit_wants(node)]
+            *unit_wants(node, state)]
 
 
 def _all_package_names(node: Node) -> set[str]:
@@ -264,10 +258,10 @@ def _all_package_names(node: Node) -> set[str]:
     out: set[str] = set()
     branch = node.driver.spell("branch")
     for entry in catalog()["driver"].values():
-        for key in ("open", "proprietary", "fabric_manager"):
+        for key in ("open", "proprietary"):
             out.update(n for n in names(entry.get(key, []), branch=branch, flavour="", kernel="")
                        if not n.endswith("-"))
-    return out
+    return out | fabric.all_package_names(node)
 
 
 def request(node: Node, cluster: Cluster) -> Request:
@@ -396,5 +390,5 @@ def driver_stage() -> None:
     commands.reboot_when(name="Reboot for the driver", request=req, allowed=allowed,
                          needed=lambda s: pending_reboot(node, s) if allowed else reboot_reason(node, s))
     # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.
-    services.wants(name="Driver services", wants=unit_wants(node),
+    services.wants(name="Driver services", wants=unit_wants(node, state),
                    _if=lambda: reboot_reason(node, current_state(target, req)) is None)

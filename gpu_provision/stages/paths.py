@@ -92,8 +92,10 @@ def state_for(manager: str, system: dict[str, Any], secure_boot: str = "disabled
 
 
 def node_for(node: Node, choice: Choice) -> Node:
-    """``node`` with ``choice``'s settings."""
-    drv = replace(node.driver, kernel_modules=choice.kernel_modules, version=choice.driver_version)
+    """``node`` with ``choice``'s settings, on an NVSwitch board (Fabric Manager on), so every path shows the
+    fabric's packages too; a fresh node's probe answer here has no PCI bus to decide ``auto`` from."""
+    drv = replace(node.driver, kernel_modules=choice.kernel_modules, version=choice.driver_version,
+                  fabric_manager=True)
     rt = replace(node.container_runtime, kind=choice.runtime, version=choice.runtime_version,
                  docker_source="docker")
     return replace(node, driver=drv, container_runtime=rt)

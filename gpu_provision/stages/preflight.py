@@ -2,7 +2,8 @@
 
 Checks: every probe command answered in time, supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
 are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
-devices against the GPUs the file expects, nouveau (a warning: the driver stage blacklists it), and the kernel guard
+devices against the GPUs the file expects, a forced ``driver.fabric_manager`` against the NVSwitches on the bus,
+nouveau (a warning: the driver stage blacklists it), and the kernel guard
 (a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.kernel_guard`).
 """
 
@@ -21,7 +22,7 @@ from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.stages import driver
+from gpu_provision.stages import driver, fabric
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "preflight"
@@ -140,6 +141,15 @@ def _gpu_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return out
 
 
+def _fabric_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    """A forced ``driver.fabric_manager`` the node's PCI bus contradicts: Fabric Manager would fail to start, or
+    NVSwitch GPUs would stay unusable (:mod:`gpu_provision.stages.fabric`)."""
+    if not driver.managed(node):
+        return []
+    reason = fabric.mismatch(node, state)
+    return [Finding("fabric-manager", reason)] if reason else []
+
+
 def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     rt = node.container_runtime
     if rt.docker_source == "distro" and state.package_manager == "dnf":
@@ -197,7 +207,8 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
     if late:
         return late
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
-           *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_runtime_findings(node, state),
+           *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_fabric_findings(node, state),
+           *_runtime_findings(node, state),
            *_kubernetes_findings(cluster, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "

@@ -59,6 +59,10 @@ IMAGE = "rig/train:v7"
 #: The rig's first GPU: nvidia-smi's bus id, the sysfs address, and the Xid log's spelling.
 BUS_ID, PCI_ADDRESS, XID_PCI = "00000000:00:06.0", "0000:00:06.0", "0000:00:06"
 SIM_PCI = f"/etc/gpu-sim/pci-devices/{PCI_ADDRESS}"
+#: An NVSwitch in the node's PCI view (an NVIDIA function of class 0x068000), so the driver stage's Fabric Manager,
+#: forced on below, passes preflight's check against the bus.
+NVSWITCH = ("d=/etc/gpu-sim/pci-devices/0000:00:1e.0 && mkdir -p $d && echo 0x10de > $d/vendor && "
+            "echo 0x22a3 > $d/device && echo 0x068000 > $d/class")
 
 #: The kernel log stand-in: a FIFO at /dev/kmsg held open by a unit that never reads it, then journald restarted so
 #: it reads kernel records from there (without a reader, journald's own write-open of /dev/kmsg would block).
@@ -74,7 +78,7 @@ def site(rig, rig_nodes, rig_ssh, tmp_path_factory) -> tuple[RigNode, Path]:  # 
     node = rig_nodes[0]
     rig.reset_node(node.name)
     ssh = rig_ssh
-    prepared = ssh(node, f"useradd -m {USER} && {KMSG}")
+    prepared = ssh(node, f"useradd -m {USER} && {NVSWITCH} && {KMSG}")
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["cluster"]["name"] = "rig-diagnose-faults"

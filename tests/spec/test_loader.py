@@ -24,7 +24,8 @@ def test_inheritance_node_over_group_over_defaults() -> None:
     cluster = load_cluster(EXAMPLE)
     h200 = cluster.node("h200-01")
     assert h200.gpus.model == "H200" and h200.gpus.count == 8          # from group h200-mig
-    assert h200.driver.branch == "580" and h200.driver.fabric_manager   # defaults + group
+    # The example leaves Fabric Manager to the node's PCI bus (auto) since that setting's default became auto.
+    assert h200.driver.branch == "580" and h200.driver.fabric_manager == "auto"   # defaults
     assert h200.permissions.group == "gpu" and h200.permissions.mode == "0660"
     assert h200.labels == {"topology.kubernetes.io/zone": "rack-a"}     # node's own
     a100 = cluster.node("a100-01")

@@ -27,9 +27,16 @@ def h200_pci(count: int, device: str = "0x2335") -> list[dict[str, Any]]:
             for i in range(count)]
 
 
+def nvswitch_pci(count: int) -> list[dict[str, Any]]:
+    """PCI entries of ``count`` NVSwitches (NVIDIA functions of class 0x068000) as the gpu section reports them."""
+    return [{"address": f"0000:{0x05 + i:02x}:00.0", "device": "0x22a3", "class": "0x068000", "gpu": False}
+            for i in range(count)]
+
+
 def fresh(os_key: str, gpus: int = 0, device: str = "0x2335", secure_boot: str = "disabled",
-          modules: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A node as installed: no NVIDIA software, headers for its kernels, ``gpus`` GPUs on the PCI bus."""
+          modules: tuple[str, ...] = (), nvswitches: int = 0) -> dict[str, Any]:
+    """A node as installed: no NVIDIA software, headers for its kernels, ``gpus`` GPUs and ``nvswitches``
+    NVSwitches on the PCI bus."""
     system = dict(SYSTEMS[os_key])
     kernels = {system["kernel"], system["kernel_pending"]}
     system.update(secure_boot=secure_boot, mem_total_kib=512 * 1024 * 1024, disk_free_bytes=200 * 1024**3,
@@ -40,7 +47,7 @@ def fresh(os_key: str, gpus: int = 0, device: str = "0x2335", secure_boot: str =
         "files": {},
         "services": {},
         "accounts": {},
-        "gpu": {"smi_rc": None, "gpus": [], "pci": h200_pci(gpus, device), "devices": {},
+        "gpu": {"smi_rc": None, "gpus": [], "pci": nvswitch_pci(nvswitches) + h200_pci(gpus, device), "devices": {},
                 "driver_version_line": None},
         "runtime": {"nvidia_ctk_version": None, "containerd_version": None, "docker_version": None,
                     "cdi_spec_mtime": None, "driver_installed_at": None, "precompiled_modules": [],

@@ -33,10 +33,11 @@ def _units(wants) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_h200_on_debian_takes_open_modules_from_the_cuda_repository_pinned_to_the_branch() -> None:
     node = CLUSTER.node("h200-01")
-    wants = driver.wants(node, CLUSTER, _state("debian12", gpus=8))
+    wants = driver.wants(node, CLUSTER, _state("debian12", gpus=8, nvswitches=4))
     assert _packages(wants) == {
         "nvidia-open": ("580.*", True), "nvidia-driver": ("580.*", True),
-        "nvidia-kernel-open-dkms": ("580.*", True), "nvidia-fabricmanager": ("580.*", True)}
+        "nvidia-kernel-open-dkms": ("580.*", True), "nvidia-fabricmanager": ("580.*", True),
+        "libnvidia-nscq": ("580.*", True)}
     assert _paths(wants) == ["/etc/apt/sources.list.d/cuda.sources", "/etc/apt/preferences.d/cuda.pref",
                              "/etc/modprobe.d/blacklist-nouveau.conf"]
     pref = next(w for w in wants if isinstance(w, FileWant) and w.path.endswith(".pref"))
@@ -46,19 +47,20 @@ def test_h200_on_debian_takes_open_modules_from_the_cuda_repository_pinned_to_th
 
 
 def test_h200_on_ubuntu_uses_the_server_branch_packages_without_a_repository() -> None:
-    wants = driver.wants(CLUSTER.node("h200-01"), CLUSTER, _state("ubuntu2404", gpus=8))
+    wants = driver.wants(CLUSTER.node("h200-01"), CLUSTER, _state("ubuntu2404", gpus=8, nvswitches=4))
     assert _packages(wants) == {"nvidia-driver-580-server-open": (None, True),
-                                "nvidia-fabricmanager-580": (None, True)}
+                                "nvidia-fabricmanager-580": (None, True), "libnvidia-nscq-580": (None, True)}
     assert _paths(wants) == ["/etc/modprobe.d/blacklist-nouveau.conf"]
 
 
 def test_secure_boot_on_ubuntu_takes_signed_precompiled_modules_for_the_kernel_flavour() -> None:
-    wants = driver.wants(CLUSTER.node("h200-01"), CLUSTER, _state("ubuntu2404", gpus=8, secure_boot="enabled"))
+    wants = driver.wants(CLUSTER.node("h200-01"), CLUSTER, _state("ubuntu2404", gpus=8, secure_boot="enabled",
+                                                                  nvswitches=4))
     # The flavour's metapackage follows new kernels; the running kernel's own package is what loads now.
     assert set(_packages(wants)) == {"linux-modules-nvidia-580-server-open-generic",
                                      "linux-modules-nvidia-580-server-open-6.8.0-45-generic",
                                      "nvidia-headless-no-dkms-580-server-open", "nvidia-utils-580-server",
-                                     "nvidia-fabricmanager-580"}
+                                     "nvidia-fabricmanager-580", "libnvidia-nscq-580"}
     arm = driver.wants(CLUSTER.node("h200-01"), CLUSTER, _state("ubuntu2204-arm", gpus=8, secure_boot="enabled"))
     assert "linux-modules-nvidia-580-server-open-nvidia-64k" in _packages(arm)
 
@@ -69,7 +71,7 @@ def test_rocky_gets_a_repo_file_and_versionlocked_packages() -> None:
                                 "kmod-nvidia-open-dkms": ("580.*", True)}
     repo = next(w for w in wants if isinstance(w, FileWant) and w.path == "/etc/yum.repos.d/cuda.repo")
     assert "baseurl=https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/" in (repo.content or "")
-    # Fabric Manager only for the 8-GPU NVSwitch boards (or when the file asks for it).
+    # Fabric Manager only where the PCI bus has NVSwitches (or when the file asks for it).
     assert "nvidia-fabricmanager.service" not in _units(wants)
 
 

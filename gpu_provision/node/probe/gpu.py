@@ -9,9 +9,12 @@ QUERY = ("index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.curren
          "persistence_mode,pci.device_id")
 
 
-def _pci():
+def pci(sysfs_root="/sys"):
+    """Every NVIDIA PCI function under ``sysfs_root`` with its device id and class: the GPUs, and the rest of the
+    board (NVSwitches, audio functions), which the controller tells apart by class (an NVSwitch decides Fabric
+    Manager). The root is a parameter so a fake sysfs tree can stand in for the node's."""
     out = []
-    for path in sorted(glob.glob("/sys/bus/pci/devices/*")):
+    for path in sorted(glob.glob(os.path.join(sysfs_root, "bus", "pci", "devices", "*"))):
         try:
             with open(os.path.join(path, "vendor")) as f:
                 vendor = f.read().strip()
@@ -65,6 +68,6 @@ def collect(request):
         "smi_error": None if rc == 0 else (text or "").strip()[-500:],
         "gpus": gpus,
         "driver_version_line": version_line,
-        "pci": _pci(),
+        "pci": pci(),
         "devices": _devices(),
     }
