@@ -300,8 +300,17 @@ _node_props = {
     "toolkit": _obj(
         "nvidia-container-toolkit.",
         {
-            "version": _s("Toolkit version, e.g. '1.17.8'.", pattern=_VERSION, default="1.17.8"),
-            "cdi": _b("Generate a CDI spec (/etc/cdi/nvidia.yaml) and keep it current with the driver.", default=True),
+            "version": _s("Toolkit version, e.g. '1.17.8'. It decides how the runtime is configured: from 1.18 "
+                          "containerd gets the nvidia runtime in the drop-in /etc/containerd/conf.d/99-nvidia.toml "
+                          "that config.toml imports (as nvidia-ctk runtime configure --drop-in-config writes it: "
+                          "config version 2 on containerd 1.7 with the whole CRI section repeated, version 3 on "
+                          "containerd 2.x); before 1.18 nvidia-ctk edits config.toml itself. Docker's daemon.json "
+                          "is merged by nvidia-ctk with every version.", pattern=_VERSION, default="1.17.8"),
+            "cdi": _b("Keep a CDI spec current with the driver and the MIG layout (regenerated after every layout "
+                      "change) and enable CDI in containerd: /etc/cdi/nvidia.yaml before toolkit 1.18; from 1.18 "
+                      "/var/run/cdi/nvidia.yaml, which NVIDIA's nvidia-cdi-refresh.path (enabled by the deploy) "
+                      "also regenerates after driver installs, and a static spec left by an older toolkit is "
+                      "removed.", default=True),
             "default_runtime": _b("Make nvidia the runtime's default.", default=True),
         },
     ),
