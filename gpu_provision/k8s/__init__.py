@@ -10,6 +10,7 @@ applies them; the tests validate every one against the Kubernetes API schemas of
 - ``cni``: the default manifest location and the DaemonSet that shows a CNI is installed.
 - ``nodes``: the labels and taints each node should carry.
 - ``device_plugin``: the NVIDIA device plugin DaemonSet, its per-node configs and RBAC.
+- ``feature_discovery``: NVIDIA's GPU Feature Discovery DaemonSet beside the device plugin.
 - ``teams``: a namespace, quota, role, binding and limit range per team.
 - ``monitoring``: the DCGM exporter and the Prometheus scrape configuration.
 - ``bundle``: every manifest this project applies, by name.

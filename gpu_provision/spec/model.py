@@ -112,6 +112,7 @@ class Kubernetes:
     cni: Literal["flannel", "calico", "cilium"] = default("cluster.kubernetes.cni")
     cni_manifest: str | None = None
     device_plugin_image: str = default("cluster.kubernetes.device_plugin_image")
+    node_feature_discovery: bool = default("cluster.kubernetes.node_feature_discovery")
     teams: tuple[Team, ...] = ()
     pod_security: PodSecurityLevel = default("cluster.kubernetes.pod_security")
     monitoring: Monitoring = field(default_factory=Monitoring)

@@ -430,8 +430,18 @@ _kubernetes = _obj(
                            "file within the cluster file's size limit inside the cluster file's directory or one of "
                            "cluster.controller_dirs) that the deploy reads and ships.",
                            pattern=_MANIFEST),
-        "device_plugin_image": _s("NVIDIA device plugin image.", pattern=IMAGE_REFERENCE,
+        "device_plugin_image": _s("NVIDIA device plugin image; GPU Feature Discovery runs from the same image (its "
+                                  "gpu-feature-discovery command), so a digest pins both and mirrors.registry "
+                                  "replaces the registry of both.", pattern=IMAGE_REFERENCE,
                                   default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
+        "node_feature_discovery": _b("Node Feature Discovery runs in the cluster (deployed by the site, e.g. from "
+                                     "NFD's own chart): GPU Feature Discovery then publishes its labels through "
+                                     "NFD's NodeFeature API and verification checks the GPU labels "
+                                     "(nvidia.com/gpu.product, gpu.memory, mig.capable, mig.strategy, "
+                                     "gpu.sharing-strategy). Off: GPU Feature Discovery writes them to "
+                                     "/etc/kubernetes/node-feature-discovery/features.d/gfd on each node, which "
+                                     "only an NFD worker turns into node labels, and verification skips the check.",
+                                     default=False),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
                            "(Pod Security Admission labels: enforce, audit and warn at this level; enforce pinned "

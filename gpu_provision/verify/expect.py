@@ -54,6 +54,8 @@ class ExpectedKubernetes:
     pod_image: str | None = None
     kubeconfig: str | None = None
     namespace: str = "default"
+    #: GPU Feature Discovery's labels (see :func:`gfd_labels`); empty when they are not expected.
+    labels: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,30 @@ def allocatable_for(count: int, layouts: dict[int, GpuLayout], mig_strategy: str
     return {name: count * max(replicas, 1)} if count else {}
 
 
-def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
+def _label_value(text: str) -> str:
+    """A product name as GFD writes it: characters outside ``[A-Za-z0-9-_. ]`` dropped, runs of spaces as one dash
+    (k8s-device-plugin ``internal/lm/resource.go``, ``sanitise``)."""
+    kept = "".join(ch for ch in text if ch.isascii() and (ch.isalnum() or ch in "-_. "))
+    return "-".join(kept.split())
+
+
+def gfd_labels(node: Any) -> dict[str, Any]:
+    """The labels GPU Feature Discovery sets on ``node``: ``exact`` values (``mig.capable``, ``mig.strategy``,
+    ``gpu.sharing-strategy``), the ``products`` its ``gpu.product`` starts with, and the ``memory_mib`` its
+    ``gpu.memory`` is near (left out under the single MIG strategy, where GFD labels a slice's memory)."""
+    facts = _model(node.gpus.model)
+    strategy = node.device_plugin.mig_strategy
+    shared = node.sharing.strategy != "none" and node.sharing.replicas > 1
+    exact = {"nvidia.com/mig.capable": "true" if facts.mig else "false",
+             "nvidia.com/mig.strategy": strategy,
+             "nvidia.com/gpu.sharing-strategy": node.sharing.strategy if shared else "none"}
+    out: dict[str, Any] = {"exact": exact, "products": sorted({_label_value(p) for p in facts.product_names})}
+    if strategy != "single":
+        out["memory_mib"] = facts.memory_gib * 1024
+    return out
+
+
+def from_node(node: Any, kubernetes_enabled: bool = False, feature_labels: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``)."""
     layouts = {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
     permissions = node.permissions
@@ -204,7 +229,8 @@ def from_node(node: Any, kubernetes_enabled: bool = False) -> Expectations:
             allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
                                         node.sharing.replicas if node.sharing.strategy != "none" else 1,
                                         node.sharing.rename_by_default),
-            pod_image=image),
+            pod_image=image,
+            labels=gfd_labels(node) if kubernetes_enabled and feature_labels and node.gpus.model else {}),
     )
 
 
@@ -227,4 +253,5 @@ def expectations_for_host(host: Any) -> str | None:
     node = node_for(host)
     if not node.has_gpus:
         return None
-    return from_node(node, cluster_for(host).kubernetes.enabled).to_json()
+    kubernetes = cluster_for(host).kubernetes
+    return from_node(node, kubernetes.enabled, kubernetes.node_feature_discovery).to_json()
