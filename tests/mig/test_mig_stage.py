@@ -148,7 +148,7 @@ def test_module_unload_setting_reaches_the_applier_and_the_boot_unit(tmp_path: P
     assert agent_mig.apply_command(allowed, "apply").endswith(
         "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01 --allow-module-unload")
     assert (" mig-apply boot --layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json "
-            "--allow-module-unload\n") in agent_mig.unit_text(allowed)
+            "--cdi-output=/etc/cdi/nvidia.yaml --allow-module-unload\n") in agent_mig.unit_text(allowed)
 
 
 def test_interrupted_apply_is_finished_by_the_next_deploy() -> None:
