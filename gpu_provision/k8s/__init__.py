@@ -12,6 +12,7 @@ applies them; the tests validate every one against the Kubernetes API schemas of
 - ``device_plugin``: the NVIDIA device plugin DaemonSet, its per-node configs and RBAC.
 - ``dra``: NVIDIA's DRA driver (``kubernetes.gpu_allocation: dra``): kubelet plugin DaemonSet, RBAC, DeviceClasses
   and the feature gates its Kubernetes version needs.
+- ``feature_discovery``: NVIDIA's GPU Feature Discovery DaemonSet beside the device plugin.
 - ``teams``: a namespace, quota, role, binding and limit range per team.
 - ``claims``: under DRA, a team's ResourceClaimTemplates, its quota on claimed devices and its rights on claims.
 - ``monitoring``: the DCGM exporter and the Prometheus scrape configuration.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpu_provision.k8s import device_plugin, dra, monitoring, teams
+from gpu_provision.k8s import device_plugin, dra, feature_discovery, monitoring, teams
 from gpu_provision.k8s.objects import Obj
 from gpu_provision.k8s.runtime import gpu_nodes, runtime_class, runtime_class_name
 from gpu_provision.spec.model import Cluster
@@ -18,7 +18,9 @@ def manifests(cluster: Cluster) -> dict[str, list[Obj]]:
         if cluster.kubernetes.dra:
             out["dra-driver"] = runtime + dra.manifests(cluster)
         else:
-            out["device-plugin"] = runtime + device_plugin.manifests(cluster)
+            out["device-plugin"] = [*runtime,
+                                    *device_plugin.manifests(cluster, feature_discovery.rbac_rules(cluster)),
+                                    feature_discovery.daemonset(cluster)]
     team_objects = [obj for team in cluster.kubernetes.teams for obj in teams.manifests(team, cluster.kubernetes)]
     if team_objects:
         out["teams"] = team_objects

@@ -9,6 +9,7 @@ label changes, which is why the pod shares its process namespace and may read No
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from gpu_provision.k8s.images import with_registry
@@ -68,12 +69,15 @@ def configmap(cluster: Cluster) -> Obj:
                      for name, config in sorted(configs(cluster).items())}}
 
 
-def rbac() -> list[Obj]:
-    """ServiceAccount, ClusterRole (read Nodes: the config-manager watches its node's label) and binding."""
+def rbac(extra_rules: Sequence[dict[str, Any]] = ()) -> list[Obj]:
+    """ServiceAccount, ClusterRole (read Nodes: the config-manager watches its node's label) and binding.
+
+    + extra_rules: rules of the pods that share the account (GPU Feature Discovery's, as NVIDIA's chart adds them)
+    """
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(NAME, NAMESPACE)},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta(NAME),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]},
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}, *extra_rules]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta(NAME),
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
          "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
@@ -89,7 +93,7 @@ def uses_mps(cluster: Cluster) -> bool:
     return any(n.sharing.strategy == "mps" for n in gpu_nodes(cluster))
 
 
-def _config_manager(cluster: Cluster, image: str, oneshot: bool, signal_process: str = "nvidia-device-plugin",
+def config_manager(cluster: Cluster, image: str, oneshot: bool, signal_process: str = "nvidia-device-plugin",
                     name_prefix: str = "nvidia-device-plugin") -> dict[str, Any]:
     env = _env({"ONESHOT": str(oneshot).lower(), "KUBECONFIG": ""})
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
@@ -149,8 +153,8 @@ def daemonset(cluster: Cluster) -> Obj:
         "shareProcessNamespace": True,
         "nodeSelector": {PRESENT_LABEL: "true"},
         "tolerations": [GPU_TOLERATION],
-        "initContainers": [_config_manager(cluster, image, oneshot=True)],
-        "containers": [_config_manager(cluster, image, oneshot=False), plugin],
+        "initContainers": [config_manager(cluster, image, oneshot=True)],
+        "containers": [config_manager(cluster, image, oneshot=False), plugin],
         "volumes": [
             {"name": "kubelet-device-plugins-dir",
              "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}},
@@ -159,7 +163,7 @@ def daemonset(cluster: Cluster) -> Obj:
             *CONFIG_VOLUMES,
         ],
     }
-    return _daemonset(cluster, NAME, pod)
+    return system_daemonset(cluster, NAME, pod)
 
 
 def mps_control_daemon(cluster: Cluster) -> Obj:
@@ -190,10 +194,10 @@ def mps_control_daemon(cluster: Cluster) -> Obj:
             {"name": "mps-control-daemon-mounts", "image": image, "command": ["mps-control-daemon", "mount-shm"],
              "securityContext": {"privileged": True},
              "volumeMounts": [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}]},
-            _config_manager(cluster, image, oneshot=True, name_prefix="mps-control-daemon"),
+            config_manager(cluster, image, oneshot=True, name_prefix="mps-control-daemon"),
         ],
         "containers": [
-            _config_manager(cluster, image, oneshot=False, signal_process="/usr/bin/mps-control-daemon",
+            config_manager(cluster, image, oneshot=False, signal_process="/usr/bin/mps-control-daemon",
                             name_prefix="mps-control-daemon"),
             {"name": "mps-control-daemon-ctr", "image": image, "command": ["mps-control-daemon"], "env": env,
              "securityContext": {"privileged": True},
@@ -205,16 +209,19 @@ def mps_control_daemon(cluster: Cluster) -> Obj:
             *CONFIG_VOLUMES,
         ],
     }
-    return _daemonset(cluster, name, pod)
+    return system_daemonset(cluster, name, pod)
 
 
-def manifests(cluster: Cluster) -> list[Obj]:
-    """Every object of the device plugin, in apply order (the MPS control daemon only where MPS is used)."""
-    return [*rbac(), configmap(cluster), daemonset(cluster), *([mps_control_daemon(cluster)] if uses_mps(cluster)
+def manifests(cluster: Cluster, extra_rules: Sequence[dict[str, Any]] = ()) -> list[Obj]:
+    """Every object of the device plugin, in apply order (the MPS control daemon only where MPS is used).
+
+    + extra_rules: further ClusterRole rules for pods running under the plugin's account (see :func:`rbac`)
+    """
+    return [*rbac(extra_rules), configmap(cluster), daemonset(cluster), *([mps_control_daemon(cluster)] if uses_mps(cluster)
                                                                else [])]
 
 
-def _daemonset(cluster: Cluster, name: str, pod: dict[str, Any]) -> Obj:
+def system_daemonset(cluster: Cluster, name: str, pod: dict[str, Any]) -> Obj:
     """A kube-system DaemonSet ``name`` running ``pod`` (through the nvidia runtime class where there is one)."""
     runtime = runtime_class_name(cluster)
     if runtime:

@@ -1,7 +1,7 @@
 """kubeadm configuration documents: InitConfiguration, ClusterConfiguration, KubeletConfiguration, JoinConfiguration.
 
 kubeadm 1.31 introduced ``kubeadm.k8s.io/v1beta4`` (``extraArgs`` and ``kubeletExtraArgs`` became lists of
-name/value pairs); earlier releases read ``v1beta3``. Only fields whose shape is the same in both are used, so the
+name/value pairs); earlier releases read ``v1beta3`` (the data file names the source). Only fields whose shape is the same in both are used, so the
 documents differ in their ``apiVersion`` alone.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 from gpu_provision.k8s import dra
 from gpu_provision.k8s.endpoints import host_port, with_default_port
 from gpu_provision.k8s.nodes import taint_objects
+from gpu_provision.spec.defaults import KUBEADM_API, KUBEADM_API_BEFORE
 from gpu_provision.spec.model import Cluster, Node
 
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
@@ -22,10 +23,17 @@ IMAGE_REPOSITORY = "registry.k8s.io"
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
-def api_version(version: str) -> str:
-    """The kubeadm config API for Kubernetes ``version`` (``1.31.4`` -> ``kubeadm.k8s.io/v1beta4``)."""
+def _minor(version: str) -> tuple[int, int]:
     major, minor = (int(p) for p in version.split(".")[:2])
-    return "kubeadm.k8s.io/v1beta4" if (major, minor) >= (1, 31) else "kubeadm.k8s.io/v1beta3"
+    return major, minor
+
+
+def api_version(version: str) -> str:
+    """The kubeadm config API for Kubernetes ``version`` (``1.31.4`` -> ``kubeadm.k8s.io/v1beta4``): the newest
+    API whose first minor (``kubernetes.kubeadm_api`` in ``gpu_provision/data/packages.json``) is not newer."""
+    known = sorted((_minor(first), api) for first, api in KUBEADM_API.items())
+    chosen = [api for first, api in known if _minor(version) >= first]
+    return chosen[-1] if chosen else KUBEADM_API_BEFORE
 
 
 def advertise_address(node: Node, probed: str | None) -> str | None:

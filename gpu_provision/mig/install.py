@@ -16,6 +16,7 @@ import json
 from gpu_provision import bundle
 from gpu_provision.node.mig.migparted import document
 from gpu_provision.spec import catalog
+from gpu_provision.spec import toolkit as toolkit_facts
 from gpu_provision.spec.migparted import node_config
 from gpu_provision.spec.model import Node
 
@@ -62,6 +63,12 @@ def vgpu_text(node: Node) -> str:
     return json.dumps({"gpus": {str(k): v for k, v in sorted(node.vgpu.items())}}, indent=2, sort_keys=True) + "\n"
 
 
+def cdi_flag(node: Node) -> str:
+    """The CDI spec the applier regenerates after a layout change: the one the node's toolkit release keeps, or
+    none (an empty value) where the node keeps no spec, so a MIG change never writes a spec nothing reads."""
+    return "--cdi-output=" + (toolkit_facts.cdi_spec(node) if toolkit_facts.cdi_in_use(node) else "")
+
+
 def flags(node: Node) -> list[str]:
     """Applier options that come from the node's settings."""
     out = []
@@ -77,15 +84,15 @@ def flags(node: Node) -> list[str]:
 def unit_text(node: Node) -> str:
     """The boot unit; it never reboots (``boot`` implies that) but drains and unloads the display modules for a
     GPU reset when the node allows it."""
-    boot_flags = "".join(flag for flag, allowed in ((" --allow-drain", node.mig.allow_drain),
-                                                    (" --allow-module-unload", node.mig.allow_module_unload))
-                         if allowed)
+    boot_flags = " " + cdi_flag(node) + "".join(
+        flag for flag, allowed in ((" --allow-drain", node.mig.allow_drain),
+                                   (" --allow-module-unload", node.mig.allow_module_unload)) if allowed)
     return UNIT.format(layout=LAYOUT_FILE, vgpu=VGPU_FILE, bundle=bundle.BUNDLE_PATH, entry=ENTRY, flags=boot_flags)
 
 
 def apply_command(node: Node, what: str = "apply") -> str:
     """The shell command that runs the installed applier for ``node`` (``apply``, ``plan`` or ``vgpu``)."""
-    args = [what]
+    args = [what, cdi_flag(node)] if what == "apply" else [what]
     if what in ("apply", "plan"):
         args += ["--layout", LAYOUT_FILE, "--config", node.name]
     if what in ("vgpu", "plan") and node.vgpu:

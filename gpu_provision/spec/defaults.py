@@ -45,3 +45,6 @@ _KUBERNETES = json.loads((Path(__file__).resolve().parent.parent / "data" / "pac
 KUBERNETES_MINORS: tuple[str, ...] = tuple(_KUBERNETES["supported_minors"])
 #: The Kubernetes version a cluster file without ``kubernetes.version`` gets.
 KUBERNETES_VERSION: str = _KUBERNETES["default_version"]
+#: kubeadm's config API by the first Kubernetes minor that reads it, and the one before (the data file's source).
+KUBEADM_API: dict[str, str] = dict(_KUBERNETES["kubeadm_api"]["from"])
+KUBEADM_API_BEFORE: str = _KUBERNETES["kubeadm_api"]["before"]

@@ -118,6 +118,7 @@ class Kubernetes:
     #: ``device-plugin`` or ``dra`` (NVIDIA's DRA driver instead of the device plugin).
     gpu_allocation: GpuAllocation = default("cluster.kubernetes.gpu_allocation")
     dra_driver_image: str = default("cluster.kubernetes.dra_driver_image")
+    node_feature_discovery: bool = default("cluster.kubernetes.node_feature_discovery")
     teams: tuple[Team, ...] = ()
     pod_security: PodSecurityLevel = default("cluster.kubernetes.pod_security")
     monitoring: Monitoring = field(default_factory=Monitoring)

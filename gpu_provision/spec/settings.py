@@ -309,8 +309,17 @@ _node_props = {
     "toolkit": _obj(
         "nvidia-container-toolkit.",
         {
-            "version": _s("Toolkit version, e.g. '1.17.8'.", pattern=_VERSION, default="1.17.8"),
-            "cdi": _b("Generate a CDI spec (/etc/cdi/nvidia.yaml) and keep it current with the driver.", default=True),
+            "version": _s("Toolkit version, e.g. '1.17.8'. It decides how the runtime is configured: from 1.18 "
+                          "containerd gets the nvidia runtime in the drop-in /etc/containerd/conf.d/99-nvidia.toml "
+                          "that config.toml imports (as nvidia-ctk runtime configure --drop-in-config writes it: "
+                          "config version 2 on containerd 1.7 with the whole CRI section repeated, version 3 on "
+                          "containerd 2.x); before 1.18 nvidia-ctk edits config.toml itself. Docker's daemon.json "
+                          "is merged by nvidia-ctk with every version.", pattern=_VERSION, default="1.17.8"),
+            "cdi": _b("Keep a CDI spec current with the driver and the MIG layout (regenerated after every layout "
+                      "change) and enable CDI in containerd: /etc/cdi/nvidia.yaml before toolkit 1.18; from 1.18 "
+                      "/var/run/cdi/nvidia.yaml, which NVIDIA's nvidia-cdi-refresh.path (enabled by the deploy) "
+                      "also regenerates after driver installs, and a static spec left by an older toolkit is "
+                      "removed.", default=True),
             "default_runtime": _b("Make nvidia the runtime's default.", default=True),
         },
     ),
@@ -433,7 +442,9 @@ _kubernetes = _obj(
                            "file within the cluster file's size limit inside the cluster file's directory or one of "
                            "cluster.controller_dirs) that the deploy reads and ships.",
                            pattern=_MANIFEST),
-        "device_plugin_image": _s("NVIDIA device plugin image.", pattern=IMAGE_REFERENCE,
+        "device_plugin_image": _s("NVIDIA device plugin image; GPU Feature Discovery runs from the same image (its "
+                                  "gpu-feature-discovery command), so a digest pins both and mirrors.registry "
+                                  "replaces the registry of both.", pattern=IMAGE_REFERENCE,
                                   default="nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
         "gpu_allocation": _e("How pods get GPUs. 'device-plugin': NVIDIA's device plugin advertises nvidia.com/gpu "
                              "(and MIG resources) as extended resources. 'dra': NVIDIA's DRA driver "
@@ -448,6 +459,14 @@ _kubernetes = _obj(
         "dra_driver_image": _s("NVIDIA DRA driver image (gpu_allocation: dra). Pin it by digest "
                                "('...:v0.4.1@sha256:...') to run the same content everywhere; mirrors.registry "
                                "replaces its registry.", pattern=IMAGE_REFERENCE, default=DRA_DRIVER_IMAGE),
+        "node_feature_discovery": _b("Node Feature Discovery runs in the cluster (deployed by the site, e.g. from "
+                                     "NFD's own chart): GPU Feature Discovery then publishes its labels through "
+                                     "NFD's NodeFeature API and verification checks the GPU labels "
+                                     "(nvidia.com/gpu.product, gpu.memory, mig.capable, mig.strategy, "
+                                     "gpu.sharing-strategy). Off: GPU Feature Discovery writes them to "
+                                     "/etc/kubernetes/node-feature-discovery/features.d/gfd on each node, which "
+                                     "only an NFD worker turns into node labels, and verification skips the check.",
+                                     default=False),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "
                            "(Pod Security Admission labels: enforce, audit and warn at this level; enforce pinned "

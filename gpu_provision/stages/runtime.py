@@ -3,8 +3,10 @@
 Docker's ``daemon.json`` is merged (foreign keys kept, the old file backed up): systemd cgroups, log rotation and
 the shared-memory default from the cluster file. containerd gets ``SystemdCgroup = true`` for runc: through a
 drop-in on containerd 2.x, which merges imported files key by key; by editing ``config.toml`` on 1.x, where an
-imported file replaces the whole CRI plugin section (containerd#5837). The TOML is edited on the controller with
-tomlkit from the probed text, so comments, order and every other setting stay as they are.
+imported file replaces the whole CRI plugin section (containerd#5837). On 1.x ``config.toml`` also imports the
+drop-in directory where the node's toolkit (1.18 and later) keeps the nvidia runtime in a drop-in that repeats the
+CRI section (:mod:`gpu_provision.spec.toolkit`). The TOML is edited on the controller with tomlkit from the
+probed text, so comments, order and every other setting stay as they are.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog
+from gpu_provision.spec import toolkit as toolkit_mode
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -65,8 +68,27 @@ def _drop_cri_from_disabled(doc: Any) -> None:
         doc["disabled_plugins"] = [p for p in disabled if p not in ("cri", CRI_V2)]
 
 
-def containerd_config(current: str | None, major: int) -> str:
+def _import_confd(doc: Any) -> None:
+    pattern = f"{CONTAINERD_CONFD}/*.toml"
+    imports = list(doc.get("imports", []))
+    if pattern not in imports:
+        doc["imports"] = [*imports, pattern]
+
+
+def config_version(text: str | None) -> int:
+    """The version of a containerd config file as containerd reads it (no ``version`` key: 1)."""
+    try:
+        version = tomlkit.parse(text or "").get("version")
+    except Exception:  # a broken file reads as version 1: nothing is imported from it
+        return 1
+    return int(version) if version is not None else 1
+
+
+def containerd_config(current: str | None, major: int, import_dropins: bool = False) -> str:
     """``config.toml`` with the CRI plugin enabled and runc on systemd cgroups (1.x) or the drop-in imported (2.x).
+
+    + import_dropins: on 1.x, also import the drop-in directory (the toolkit's drop-in; never for a version 1
+      file, which containerd reads without imports)
 
     Returns ``current`` unchanged, byte for byte, when it already has what is needed.
     """
@@ -75,10 +97,7 @@ def containerd_config(current: str | None, major: int) -> str:
     if major >= 2:
         if not (current or "").strip():
             doc["version"] = 3
-        pattern = f"{CONTAINERD_CONFD}/*.toml"
-        imports = list(doc.get("imports", []))
-        if pattern not in imports:
-            doc["imports"] = [*imports, pattern]
+        _import_confd(doc)
         return tomlkit.dumps(doc)
     version = doc.get("version")
     if version is None:
@@ -94,6 +113,8 @@ def containerd_config(current: str | None, major: int) -> str:
     options = _table(runc, "options")
     if options.get("SystemdCgroup") is not True:
         options["SystemdCgroup"] = True
+    if import_dropins and version != 1:
+        _import_confd(doc)
     return tomlkit.dumps(doc)
 
 
@@ -148,16 +169,24 @@ def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     return out
 
 
-def containerd_files(state: NodeStateData) -> list[FileWant]:
-    """config.toml (and the drop-in on 2.x) as they should be, from the probed config.toml."""
+def containerd_major_or_default(state: NodeStateData) -> int:
+    """containerd's major version, 1 before it is installed (the package's own config is edited once it exists:
+    execution re-reads the node)."""
     major = containerd_major(state)
-    if major is None:
-        # Not installed yet: the package's own config is edited once it exists (execution re-reads the node).
-        major = 1
+    return 1 if major is None else major
+
+
+def desired_containerd_config(state: NodeStateData, import_dropins: bool = False) -> str:
+    """``config.toml`` as this stage leaves it, from the probed file."""
     current = state.file(CONTAINERD_CONFIG)
-    out = [FileWant(CONTAINERD_CONFIG, content=containerd_config(current.content if current.exists else None,
-                                                                  major))]
-    if major >= 2:
+    return containerd_config(current.content if current.exists else None, containerd_major_or_default(state),
+                             import_dropins)
+
+
+def containerd_files(state: NodeStateData, import_dropins: bool = False) -> list[FileWant]:
+    """config.toml (and the drop-in on 2.x) as they should be, from the probed config.toml."""
+    out = [FileWant(CONTAINERD_CONFIG, content=desired_containerd_config(state, import_dropins))]
+    if containerd_major_or_default(state) >= 2:
         out.append(FileWant(CONTAINERD_DROPIN, content=containerd_dropin()))
     return out
 
@@ -166,7 +195,12 @@ def file_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[FileW
     """daemon.json for Docker; containerd's config where containerd serves containers or kubelet."""
     owned = runtimes(node, cluster)
     out = [FileWant(DAEMON_JSON, merge="json", keys=daemon_keys(node))] if "docker" in owned else []
-    return out + (containerd_files(state) if "containerd" in owned else [])
+    return out + (containerd_files(state, imports_toolkit_dropin(node)) if "containerd" in owned else [])
+
+
+def imports_toolkit_dropin(node: Node) -> bool:
+    """Whether ``config.toml`` must import the toolkit's drop-in: a GPU node whose toolkit writes one."""
+    return node.has_gpus and toolkit_mode.drop_in(node)
 
 
 def unit_wants(node: Node) -> list[UnitWant]:

@@ -58,6 +58,8 @@ class ExpectedKubernetes:
     pod_image: str | None = None
     kubeconfig: str | None = None
     namespace: str = "default"
+    #: GPU Feature Discovery's labels (see :func:`gfd_labels`); empty when they are not expected.
+    labels: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -195,8 +197,10 @@ def dra_devices(count: int, layouts: dict[int, GpuLayout]) -> dict[str, int]:
     return {key.removeprefix("nvidia.com/"): n for key, n in out.items()}
 
 
-def _kubernetes(node: Any, enabled: bool, dra: bool, layouts: dict[int, GpuLayout]) -> ExpectedKubernetes:
-    """What the node's Kubernetes side should show: the device plugin's allocatable, or DRA's listed devices."""
+def _kubernetes(node: Any, enabled: bool, dra: bool, feature_labels: bool,
+                layouts: dict[int, GpuLayout]) -> ExpectedKubernetes:
+    """What the node's Kubernetes side should show: the device plugin's allocatable (and GPU Feature Discovery's
+    labels where they reach the node), or DRA's listed devices."""
     image = node.verify.container_image
     if dra:
         return ExpectedKubernetes(enabled=enabled, node_name=node.name, allocation="dra",
@@ -206,12 +210,37 @@ def _kubernetes(node: Any, enabled: bool, dra: bool, layouts: dict[int, GpuLayou
         allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
                                     node.sharing.replicas if node.sharing.strategy != "none" else 1,
                                     node.sharing.rename_by_default),
-        pod_image=image)
+        pod_image=image,
+        labels=gfd_labels(node) if enabled and feature_labels and node.gpus.model else {})
 
 
-def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False) -> Expectations:
+def _label_value(text: str) -> str:
+    """A product name as GFD writes it: characters outside ``[A-Za-z0-9-_. ]`` dropped, runs of spaces as one dash
+    (k8s-device-plugin ``internal/lm/resource.go``, ``sanitise``)."""
+    kept = "".join(ch for ch in text if ch.isascii() and (ch.isalnum() or ch in "-_. "))
+    return "-".join(kept.split())
+
+
+def gfd_labels(node: Any) -> dict[str, Any]:
+    """The labels GPU Feature Discovery sets on ``node``: ``exact`` values (``mig.capable``, ``mig.strategy``,
+    ``gpu.sharing-strategy``), the ``products`` its ``gpu.product`` starts with, and the ``memory_mib`` its
+    ``gpu.memory`` is near (left out under the single MIG strategy, where GFD labels a slice's memory)."""
+    facts = _model(node.gpus.model)
+    strategy = node.device_plugin.mig_strategy
+    shared = node.sharing.strategy != "none" and node.sharing.replicas > 1
+    exact = {"nvidia.com/mig.capable": "true" if facts.mig else "false",
+             "nvidia.com/mig.strategy": strategy,
+             "nvidia.com/gpu.sharing-strategy": node.sharing.strategy if shared else "none"}
+    out: dict[str, Any] = {"exact": exact, "products": sorted({_label_value(p) for p in facts.product_names})}
+    if strategy != "single":
+        out["memory_mib"] = facts.memory_gib * 1024
+    return out
+
+
+def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False,
+              feature_labels: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``); ``dra``: the cluster
-    allocates GPUs through NVIDIA's DRA driver."""
+    allocates GPUs through NVIDIA's DRA driver; ``feature_labels``: GPU Feature Discovery's labels reach the node."""
     layouts = {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
     permissions = node.permissions
     runtime = node.container_runtime
@@ -225,7 +254,7 @@ def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False) ->
         mig=layouts,
         device_permissions={"group": permissions.group or "root", "mode": permissions.mode},
         container=ExpectedRuntime(kind=runtime.kind, runtime="nvidia", cdi=node.toolkit.cdi, image=image),
-        kubernetes=_kubernetes(node, kubernetes_enabled, dra, layouts),
+        kubernetes=_kubernetes(node, kubernetes_enabled, dra, feature_labels, layouts),
     )
 
 
@@ -249,4 +278,4 @@ def expectations_for_host(host: Any) -> str | None:
     if not node.has_gpus:
         return None
     k8s = cluster_for(host).kubernetes
-    return from_node(node, k8s.enabled, k8s.dra).to_json()
+    return from_node(node, k8s.enabled, k8s.dra, k8s.node_feature_discovery).to_json()

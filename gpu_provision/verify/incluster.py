@@ -30,6 +30,7 @@ from gpu_provision.errors import GpuProvisionError
 from gpu_provision.k8s.images import check_reference, with_registry
 from gpu_provision.k8s.nodes import tolerations as toleration_objects
 from gpu_provision.node.verify import checks as agent_checks
+from gpu_provision.node.verify import labels as agent_labels
 from gpu_provision.node.verify.report import Check, summarize
 from gpu_provision.spec.model import Cluster, InClusterVerification
 from gpu_provision.spec.namespaces import VERIFICATION
@@ -226,11 +227,17 @@ def report_from_log(node: str, log: str) -> dict[str, Any] | None:
 
 def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_json: dict[str, Any] | None,
                     error: str | None) -> dict[str, Any]:
-    """Append ``node.kubernetes.allocatable`` (decided by the agent's own rule) and recount the report."""
+    """Append ``node.kubernetes.allocatable`` and ``node.kubernetes.labels`` (decided by the agent's own rules from
+    the Node object the controller read) and recount the report."""
     if expect is None or report["status"] == "error":
         return report
-    check = agent_checks.allocatable_check(node_json, error, expect).to_dict()
-    checks = [c for c in report["checks"] if c["id"] != check["id"]] + [check]
+    added = [agent_checks.allocatable_check(node_json, error, expect).to_dict()]
+    # The labels check replaces the agent's own skip, and is added where labels are expected.
+    if ((expect.get("kubernetes") or {}).get("labels")
+            or any(c["id"] == agent_labels.ID for c in report["checks"])):
+        added.append(agent_labels.labels_check(node_json, error, expect).to_dict())
+    ids = {c["id"] for c in added}
+    checks = [c for c in report["checks"] if c["id"] not in ids] + added
     counts = summarize([Check(id=c["id"], status=c["status"]) for c in checks])
     return dict(report, checks=checks, summary=counts, status="fail" if counts["fail"] else "pass")
 

@@ -111,7 +111,8 @@ def test_the_table_drives_the_run(node: SimpleNamespace, expect: dict[str, Any])
         ("gpu2.cuda.vector_add", "fail"), ("gpu2.memory.bandwidth", "skip"),
         ("gpu1-gpu2.p2p.access", "pass"), ("gpu1-gpu2.p2p.bandwidth", "pass"),
         ("gpu2-gpu1.p2p.access", "fail"),
-        ("node.container.gpus", "skip"), ("node.kubernetes.allocatable", "pass"), ("node.kubernetes.pod_cuda", "skip"),
+        ("node.container.gpus", "skip"), ("node.kubernetes.allocatable", "pass"), ("node.kubernetes.labels", "skip"),
+        ("node.kubernetes.pod_cuda", "skip"),
     ]
     by_id = {c.id: c for c in found}
     assert by_id["gpu0.gi1.cuda.vector_add"].mig_uuid == MIG_UUID

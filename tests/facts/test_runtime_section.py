@@ -54,7 +54,8 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     os.utime(spec, (1_700_000_100, 1_700_000_100))
     modules = tmp_path / "modules"
     (modules / "6.8.0-45-generic").mkdir(parents=True)
-    for attr, value in (("DPKG_INFO", info), ("DEV", dev), ("CDI_SPEC", spec), ("MODULES_DIR", modules)):
+    for attr, value in (("DPKG_INFO", info), ("DEV", dev), ("CDI_SPEC", spec), ("MODULES_DIR", modules),
+                        ("RUN_CDI_SPEC", tmp_path / "no-run-spec.yaml")):
         monkeypatch.setattr(runtime, attr, str(value))
     monkeypatch.setattr(runtime, "running_kernel", lambda: "6.8.0-31-generic")
     return tmp_path
@@ -67,6 +68,7 @@ def test_section_reads_versions_ages_links_and_available_packages(node: Path) ->
         "containerd_version": "1.7.24",
         "docker_version": "20.10.24",
         "cdi_spec_mtime": 1_700_000_100,
+        "cdi_run_spec_mtime": None,
         # The newest driver package counts; the toolkit package is not the driver.
         "driver_installed_at": 1_700_000_500,
         "precompiled_modules": ["linux-modules-nvidia-580-server-open-6.8.0-31-generic",
@@ -90,4 +92,4 @@ def test_section_runs_inside_the_bundled_probe_on_this_machine() -> None:
                           check=True, timeout=120)
     answer = json.loads(proc.stdout)["runtime"]
     assert set(answer) == {"nvidia_ctk_version", "containerd_version", "docker_version", "cdi_spec_mtime",
-                           "driver_installed_at", "precompiled_modules", "headers_available", "dev_char_missing"}
+                           "cdi_run_spec_mtime", "driver_installed_at", "precompiled_modules", "headers_available", "dev_char_missing"}

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_provision.k8s import bundle, device_plugin, monitoring, objects, teams
+from gpu_provision.k8s import bundle, device_plugin, feature_discovery, monitoring, objects, teams
 from gpu_provision.k8s.images import split_registry, with_registry
 from gpu_provision.k8s.nodes import CONFIG_LABEL, labels
 from gpu_provision.plan import device_plugin_config
@@ -93,7 +93,7 @@ def test_no_pod_is_privileged_and_only_documented_ones_add_capabilities(cluster:
             else:
                 assert context == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     mps = {"nvidia-device-plugin-mps-control-daemon"} if device_plugin.uses_mps(cluster) else set()
-    assert seen == {device_plugin.NAME, monitoring.NAME} | mps
+    assert seen == {device_plugin.NAME, feature_discovery.NAME, monitoring.NAME} | mps
 
 
 def test_device_plugin_drops_every_capability_without_mig(variant: Cluster) -> None:

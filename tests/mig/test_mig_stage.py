@@ -80,7 +80,8 @@ def test_boot_unit() -> None:
     assert {"containerd.service", "docker.service", "kubelet.service"} <= set(before[7:].split())
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert exec_start == ("ExecStart=/usr/bin/python3 /usr/local/lib/gpu-provision/gpu-provision-node.pyz mig-apply boot "
-                          "--layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json")
+                          "--layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json "
+                          "--cdi-output=/etc/cdi/nvidia.yaml")
     assert "Type=oneshot" in unit and "WantedBy=multi-user.target" in unit
 
 
@@ -98,7 +99,7 @@ def test_operation_commands() -> None:
     actions = mig_ops.node_actions(H200, NodeStateData({"mig": snapshot(False)}))
     assert mig_ops.commands_for(H200, actions) == [
         "python3 /usr/local/lib/gpu-provision/gpu-provision-node.pyz mig-apply apply "
-        "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01"]
+        "--cdi-output=/etc/cdi/nvidia.yaml --layout /etc/gpu-provision/mig-layout.yaml --config h200-01"]
     assert mig_ops.node_actions(H200, NodeStateData({"mig": converged()})) == []
     busy = snapshot(True)
     busy["processes"] = [{"pid": 77, "name": "train.py", "gpu": 0, "gpu_uuid": busy["gpus"][0]["uuid"]}]
@@ -147,7 +148,7 @@ def test_module_unload_setting_reaches_the_applier_and_the_boot_unit(tmp_path: P
     assert agent_mig.apply_command(allowed, "apply").endswith(
         "--layout /etc/gpu-provision/mig-layout.yaml --config h200-01 --allow-module-unload")
     assert (" mig-apply boot --layout /etc/gpu-provision/mig-layout.yaml --vgpu /etc/gpu-provision/vgpu.json "
-            "--allow-module-unload\n") in agent_mig.unit_text(allowed)
+            "--cdi-output=/etc/cdi/nvidia.yaml --allow-module-unload\n") in agent_mig.unit_text(allowed)
 
 
 def test_interrupted_apply_is_finished_by_the_next_deploy() -> None:

@@ -50,8 +50,8 @@ def fresh(os_key: str, gpus: int = 0, device: str = "0x2335", secure_boot: str =
         "gpu": {"smi_rc": None, "gpus": [], "pci": nvswitch_pci(nvswitches) + h200_pci(gpus, device), "devices": {},
                 "driver_version_line": None},
         "runtime": {"nvidia_ctk_version": None, "containerd_version": None, "docker_version": None,
-                    "cdi_spec_mtime": None, "driver_installed_at": None, "precompiled_modules": [],
-                    "headers_available": [], "dev_char_missing": []},
+                    "cdi_spec_mtime": None, "cdi_run_spec_mtime": None, "driver_installed_at": None,
+                    "precompiled_modules": [], "headers_available": [], "dev_char_missing": []},
     }
 
 

@@ -278,7 +278,7 @@ def apply_layout(args) -> int:
         say(f"the layout file selects none of this node's GPUs ({ids}); nothing to do")
         return 0 if args.command == "plan" or takedown.restore() else 1
     units = holders.running_holders()
-    actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot)
+    actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot, args.cdi_output or None)
     refusals = [a for a in actions if a.kind == "refuse"]
     if args.command == "plan":
         lines = [str(a) for a in actions] + ([f"bring back {previous} (an interrupted apply left it down)"]
@@ -392,6 +392,8 @@ def main(argv=None) -> int:
                         help="the node's one-applier lock (default: $GPU_PROVISION_MIG_LOCK or " + lock.LOCK_FILE + ")")
     parser.add_argument("--lock-timeout", type=float, default=lock.WAIT_S, metavar="SECONDS",
                         help="how long to wait for another applier holding the lock (default: %(default)g)")
+    parser.add_argument("--cdi-output", default=mig_layout.CDI_OUTPUT, metavar="PATH",
+                        help="CDI spec regenerated after a change (empty: the node keeps none)")
     parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin restart")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -48,6 +48,8 @@ class Action:
     units: tuple[str, ...] = ()
     pids: tuple[tuple[int, str], ...] = ()
     reason: str = ""
+    #: The CDI spec a ``cdi-refresh`` writes.
+    path: str = CDI_OUTPUT
 
     def __str__(self) -> str:
         where = "" if self.gpu is None else f"GPU {self.gpu}: "
@@ -71,7 +73,7 @@ class Action:
         if self.kind == "create-ci":
             return where + f"create the compute instance of GPU instance {self.gi} ({self.profile})"
         if self.kind == "cdi-refresh":
-            return "regenerate the CDI spec " + CDI_OUTPUT
+            return "regenerate the CDI spec " + self.path
         if self.kind == "restart-device-plugin":
             return "restart the device plugin"
         return self.kind
@@ -164,13 +166,14 @@ def _order(steps: list) -> list:
 
 
 def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), allow_drain: bool = False,
-              device_plugin: bool = True) -> list:
+              device_plugin: bool = True, cdi_output: str | None = CDI_OUTPUT) -> list:
     """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
 
     GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
     name), unless ``allow_drain``: then a ``drain`` action stops them first. Holder services among ``active_units``
     (:func:`gpu_provision.node.mig.holders.holding`) are stopped before the first change and started after the last; the CDI spec is regenerated and the device
-    plugin restarted after any change.
+    plugin restarted after any change. ``cdi_output``: the CDI spec to regenerate (its path follows the toolkit
+    release), None on a node without one.
     """
     gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
     if snapshot.get("smi_rc") not in (0, None) or (snapshot.get("error") and not gpus):
@@ -203,7 +206,8 @@ def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), al
     if units:
         steps.append(Action("stop-services", units=tuple(units)))
         steps.append(Action("start-services", units=tuple(reversed(units))))
-    steps.append(Action("cdi-refresh"))
+    if cdi_output:
+        steps.append(Action("cdi-refresh", path=cdi_output))
     if device_plugin:
         steps.append(Action("restart-device-plugin"))
     return _order(steps)
@@ -230,7 +234,7 @@ def commands(action: Action) -> list:
     if action.kind == "create-ci":
         return [["nvidia-smi", "mig", "-i", g, "-gi", str(action.gi), "-cci"]]
     if action.kind == "cdi-refresh":
-        return [["nvidia-ctk", "cdi", "generate", "--output=" + CDI_OUTPUT]]
+        return [["nvidia-ctk", "cdi", "generate", "--output=" + action.path]]
     return []
 
 

@@ -11,6 +11,8 @@ from . import _command
 from .system import running_kernel
 
 CDI_SPEC = "/etc/cdi/nvidia.yaml"
+# Where nvidia-cdi-refresh (toolkit 1.18 and later) keeps the spec.
+RUN_CDI_SPEC = "/var/run/cdi/nvidia.yaml"
 DPKG_INFO = "/var/lib/dpkg/info"
 DEV = "/dev"
 MODULES_DIR = "/lib/modules"
@@ -96,6 +98,7 @@ def collect(request):
         "containerd_version": _version(["containerd", "--version"], r"\sv?(\d+\.\d+\.\d+)"),
         "docker_version": _version(["dockerd", "--version"], r"version (\d+\.\d+\.\d+)"),
         "cdi_spec_mtime": _mtime(CDI_SPEC),
+        "cdi_run_spec_mtime": _mtime(RUN_CDI_SPEC),
         "driver_installed_at": _driver_installed_at(),
         # Ubuntu's signed precompiled NVIDIA modules, and header packages, for the running and installed kernels.
         "precompiled_modules": _available("linux-modules-nvidia-", sorted(kernels)),

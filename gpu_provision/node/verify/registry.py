@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
 
-from . import checks, slices
+from . import checks, labels, slices
 from .report import Check, Recorder, skipped
 
 Checks = Union[Check, List[Check]]
@@ -148,6 +148,12 @@ def _allocatable(node: tuple[dict[str, Any] | None, str | None] | None, expect: 
     return checks.allocatable_check(node[0], node[1], expect)
 
 
+def _labels(node: tuple[dict[str, Any] | None, str | None] | None, expect: dict[str, Any]) -> Check:
+    if node is None:
+        return skipped(labels.ID, "not a Kubernetes node in the cluster file")
+    return labels.labels_check(node[0], node[1], expect)
+
+
 def _pod(pod: tuple[dict[str, Any] | None, str | None] | None, expect: dict[str, Any]) -> Check:
     if pod is not None:
         return checks.pod_check(pod[0], pod[1])
@@ -187,6 +193,7 @@ CHECKS: tuple[Row, ...] = (
     Row("node.container.gpus", "node", ("container", "want_devices"), _container, guarded=False,
         workload=True),
     Row("node.kubernetes.allocatable", "node", ("node_object",), _allocatable),
+    Row(labels.ID, "node", ("node_object",), _labels),
     Row("node.kubernetes.pod_cuda", "node", ("pod",), _pod, workload=True),
 )
 
