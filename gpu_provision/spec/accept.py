@@ -157,8 +157,8 @@ class _Compiler:
             return (lambda v: not isinstance(v, dict) or all(extra(x) for k, x in v.items() if k not in known)), \
                 extra_exact
         if keyword == "propertyNames":
-            names, names_exact = self.compile(value)
-            return (lambda v: not isinstance(v, dict) or all(names(k) for k in v)), names_exact
+            key_check, names_exact = self.compile(value)
+            return (lambda v: not isinstance(v, dict) or all(key_check(k) for k in v)), names_exact
         if keyword == "items":
             if isinstance(value, list) or "prefixItems" in schema:
                 return None
