@@ -89,17 +89,7 @@ def plan(table: ProfileTable, counts: dict[str, int]) -> tuple[Placement, ...]:
     nodes ask for it: a fleet's file repeats the same few layouts thousands of times (a refusal is not cached, so
     each one raises its own error).
     """
-    asked = tuple((n, c) for n, c in counts.items() if c)
-    key = (id(table), asked)
-    known = _PLANNED.get(key)
-    if known is None:
-        # Keyed by the table's identity: hashing a whole ProfileTable for every GPU of every node cost more than the
-        # plan. The entry holds the table, so its id is not reused while the entry lives.
-        known = _PLANNED[key] = (table, _plan(table, asked))
-    return known[1]
-
-
-_PLANNED: dict[tuple[int, tuple[tuple[str, int], ...]], tuple[ProfileTable, tuple[Placement, ...]]] = {}
+    return _plan(table, tuple((n, c) for n, c in counts.items() if c))
 
 
 @functools.lru_cache(maxsize=1024)
