@@ -6,7 +6,7 @@ printed, with the exact commands), 2 on an error. The cluster file is ``--cluste
 spelling), else ``GPU_PROVISION_CLUSTER``, else ``./cluster.yaml``.
 
 Also runnable without the rest of the command line's dependencies (pyinfra): ``python3 -m gpu_provision.commands.mig
---cluster FILE --node NAME`` (needs only PyYAML and jsonschema, to read the cluster file).
+--cluster FILE --node NAME`` (needs only PyYAML to read a valid cluster file; jsonschema words the problems of one that is not).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ report (or a bad cluster file), as ``drift`` counts them.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from gpu_provision.commands.args import (
     add_command,
@@ -17,9 +18,13 @@ from gpu_provision.commands.args import (
     use_cluster,
 )
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.startup import fleet_process
 from gpu_provision.verify import table
 from gpu_provision.verify.report import fleet_status
+
+#: The variable naming this machine's node in the cluster file (as :data:`gpu_provision.inventory.NODE_ENV`).
+NODE_ENV = "GPU_PROVISION_NODE"
+#: The inventory naming the machine the command runs on, verified without SSH or pyinfra (see :func:`run_local`).
+LOCAL = "@local"
 
 
 def _expect_pair(text: str) -> tuple[str, str]:
@@ -68,7 +73,11 @@ def run(args: argparse.Namespace) -> int:
             emit(args, list(yaml.safe_load_all(text)), text)
             return 0
         reports = incluster.collect(args.namespace, args.kubeconfig, limit=args.limit)
+    elif args.inventory == LOCAL and not args.limit:
+        reports = run_local(args)
     else:
+        from gpu_provision.startup import fleet_process
+
         with fleet_process(pyinfra_warnings=True):
             from gpu_provision.fleet import settings_from
             from gpu_provision.verify import collect
@@ -84,3 +93,92 @@ def run(args: argparse.Namespace) -> int:
     return fleet_status(reports)
 
 
+
+
+def run_local(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``verify @local``: the agent run on this machine as the fleet runner runs it on a node, without the runner.
+
+    The same short command (:func:`gpu_provision.verify.agent.run_command`: the agent kept by digest, installed on
+    a miss) runs under ``sh -c`` as pyinfra's local connector runs it, and its output is read into the same report.
+    Loading pyinfra, paramiko and gevent for one machine cost more than the agent's own checks, so this path
+    imports none of them (nor jsonschema, for a valid cluster file and report). The node is ``GPU_PROVISION_NODE``
+    of the cluster file, as for ``pyinfra @local``; ``--expect @local=FILE`` replaces its expectations.
+    """
+    import json
+    import os
+    import subprocess
+
+    from gpu_provision.verify import agent
+    from gpu_provision.verify.agentrun import AgentRun
+    from gpu_provision.verify.report import report_from_run
+
+    expectations = _local_expectations(dict(args.expect or []))
+    if expectations is None:
+        return []
+    show = progress()
+    show(0, 0, 1)
+    cache_dir = args.remote_dir or agent.AGENT_CACHE
+
+    def run(command: str, stdin: str | None = None) -> AgentRun:
+        ran = AgentRun()
+        try:
+            done = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, text=True,
+                                  timeout=args.command_timeout)
+        except subprocess.TimeoutExpired:
+            ran.complete, ran.stderr_lines = True, [f"timed out after {args.command_timeout} s"]
+            ran.failure = f"the agent's command timed out after {args.command_timeout} s"
+            return ran
+        ran.complete, ran.succeeded, ran.stdout = True, done.returncode == 0, done.stdout
+        ran.stderr_lines = done.stderr.splitlines()
+        if done.returncode:
+            tail = [line.strip() for line in ran.stderr_lines if line.strip()][-1:] or ["no message"]
+            ran.failure = f"the agent's command exited {done.returncode}: {tail[0][:200]}"
+        return ran
+
+    ran = run(agent.run_command(expectations, args.keep_node_files, cache_dir))
+    if ran.succeeded and agent.is_miss(ran.stdout):
+        script, data = agent.install_command(cache_dir)
+        installed = run(script, data)
+        ran = run(agent.run_command(expectations, args.keep_node_files, cache_dir)) if installed.succeeded else installed
+        if ran.succeeded and agent.is_miss(ran.stdout):
+            ran.stdout, ran.succeeded = "", False
+            ran.stderr_lines = [f"the agent was installed but {cache_dir} is not root's alone (mode 0700)"]
+    report = report_from_run(LOCAL, ran)
+    if args.report_dir:
+        os.makedirs(args.report_dir, exist_ok=True)
+        with open(os.path.join(args.report_dir, f"{LOCAL}.json"), "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=1)
+    passed = report["status"] == "pass"
+    show(int(passed), int(not passed), 1)
+    return [report]
+
+
+def _local_expectations(expect_files: dict[str, str]) -> str | None:
+    """This machine's expectations JSON (``--expect @local=FILE``, else its node of the cluster file), or None for
+    a node the cluster file gives no GPUs; worded as :func:`gpu_provision.verify.expect.expectations_for_host`."""
+    import os
+
+    from gpu_provision.spec import cluster_file_from_env, load_cluster
+    from gpu_provision.verify.expect import from_node
+
+    unknown = sorted(set(expect_files) - {LOCAL})
+    if unknown:
+        raise GpuProvisionError(f"--expect {unknown[0]}=...: no host {unknown[0]!r} in {LOCAL}")
+    if LOCAL in expect_files:
+        path = os.path.abspath(expect_files[LOCAL])
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise GpuProvisionError(f"{LOCAL}: cannot read expectations {path}: {exc}") from None
+    name = os.environ.get(NODE_ENV, "")
+    if not name:
+        raise GpuProvisionError(f"{LOCAL}: set {NODE_ENV} to the node this host is in the cluster file")
+    cluster = load_cluster(cluster_file_from_env())
+    try:
+        node = cluster.node(name)
+    except KeyError:
+        raise GpuProvisionError(f"{cluster.source}: no node named '{name}'") from None
+    if not node.has_gpus:
+        return None
+    return from_node(node, cluster.kubernetes.enabled).to_json()

@@ -7,6 +7,7 @@ the other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
@@ -29,6 +30,21 @@ class Context:
     mig_parted: dict[str, Any] | None = None
     #: Whether YAML files are composed by libyaml (:func:`gpu_provision.spec.yamlsafe.load_yaml`'s ``fast``).
     fast: bool = False
+    #: Model parts already built, by kind and the identity of the mapping they were built from (see ``part``).
+    parts: dict[tuple[Any, ...], tuple[Any, Any]] = field(default_factory=dict)
+
+    def part(self, kind: str, raw: Any, build: Callable[[Any], Any], *extra: Any) -> Any:
+        """``build(raw)``, built once per mapping ``raw`` of the document (and ``extra`` values it also depends on).
+
+        Inherited settings are shared, not copied (:func:`gpu_provision.spec.resolve.resolve_node`), so the 10,000
+        nodes of one group hand the same mappings here and share one frozen part each. The entry holds ``raw``, so
+        its id is not reused during the load.
+        """
+        key = (kind, id(raw), *extra)
+        found = self.parts.get(key)
+        if found is None:
+            found = self.parts[key] = (raw, build(raw))
+        return found[1]
 
     def add(self, path: Path, message: str, *, key: bool = False) -> None:
         """Record a problem at an absolute document path."""

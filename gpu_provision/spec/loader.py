@@ -43,7 +43,7 @@ from gpu_provision.spec.model import (
     Verify,
     WaitForJobs,
 )
-from gpu_provision.spec.resolve import derive, resolve_node
+from gpu_provision.spec.resolve import Inherited, derive, resolve_node
 from gpu_provision.spec.schema import in_file_order, validate
 from gpu_provision.spec.semantics import check
 from gpu_provision.spec.settings import default
@@ -149,6 +149,7 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
         vgpu_types.update({i: vgpu["type"] for i in range(count)})
     vgpu_types.update({int(k): v for k, v in (vgpu.get("gpus") or {}).items()})
     line = ctx.positions.of(("nodes", index))[0]
+    part = ctx.part
     return Node(
         name=raw["name"],
         address=raw["address"],
@@ -156,20 +157,36 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
         group=raw.get("group"),
         labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
         taints=tuple(raw.get("taints") or ()),
-        ssh=replace(cluster_ssh, **cast(dict[str, Any], {k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()})),
-        packages=Packages(**(raw.get("packages") or {})),
-        driver=_driver(raw.get("driver") or {}),
-        container_runtime=ContainerRuntime(**(raw.get("container_runtime") or {})),
-        toolkit=Toolkit(**(raw.get("toolkit") or {})),
-        permissions=_permissions(raw.get("permissions") or {}),
+        ssh=part("ssh", raw.get("ssh"), lambda _: replace(cluster_ssh, **cast(dict[str, Any], {
+            k: _path(ctx, v) if k == "key" else v for k, v in ssh.items()}))),
+        packages=part("packages", raw.get("packages"), lambda r: Packages(**(r or {}))),
+        driver=part("driver", raw.get("driver"), lambda r: _driver(r or {})),
+        container_runtime=part("container_runtime", raw.get("container_runtime"),
+                               lambda r: ContainerRuntime(**(r or {}))),
+        toolkit=part("toolkit", raw.get("toolkit"), lambda r: Toolkit(**(r or {}))),
+        permissions=part("permissions", raw.get("permissions"), lambda r: _permissions(r or {})),
         gpus=GpuExpectation(model=model.key if model else gpus.get("model"), count=count),
-        mig=_layouts(ctx, index, raw, model, count),
+        mig=_mig(ctx, index, raw, model, count),
         vgpu=vgpu_types,
-        sharing=Sharing(**(raw.get("sharing") or {})),
-        device_plugin=DevicePlugin(**(raw.get("device_plugin") or {})),
-        verify=Verify(**(raw.get("verify") or {})),
+        sharing=part("sharing", raw.get("sharing"), lambda r: Sharing(**(r or {}))),
+        device_plugin=part("device_plugin", raw.get("device_plugin"), lambda r: DevicePlugin(**(r or {}))),
+        verify=part("verify", raw.get("verify"), lambda r: Verify(**(r or {}))),
         line=line,
     )
+
+
+def _mig(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuModel | None, count: int) -> Mig:
+    """The node's MIG settings, built once per mapping, model and GPU count when building them found no problem
+    (a problem is recorded at this node's lines, so a node that has one builds its own)."""
+    key = ("mig", id(raw.get("mig")), model.key if model else None, count)
+    found = ctx.parts.get(key)
+    if found is not None:
+        return cast(Mig, found[1])
+    problems = len(ctx.problems)
+    mig = _layouts(ctx, index, raw, model, count)
+    if len(ctx.problems) == problems:
+        ctx.parts[key] = (raw.get("mig"), mig)
+    return mig
 
 
 def _text(value: Any) -> str:
@@ -296,8 +313,9 @@ def _load(data: bytes, filename: str, *, fast: bool) -> Cluster:
             ssh_raw[key] = _path(ctx, ssh_raw[key])
     cluster_ssh = SshSettings(**ssh_raw)
     nodes = []
+    inherited: Inherited = {}
     for index in range(len(document["nodes"])):
-        raw, provenance = resolve_node(document, index)
+        raw, provenance = resolve_node(document, index, inherited)
         ctx.provenance[index] = provenance
         nodes.append(_node(ctx, index, raw, cluster_ssh))
     mirrors_raw = cluster_raw.get("mirrors") or {}

@@ -14,17 +14,20 @@ import re
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
-from typing import Any
-
-import jsonschema
-from jsonschema import validators
+from typing import TYPE_CHECKING, Any
 
 from gpu_provision.errors import SpecProblem
+from gpu_provision.spec.accept import acceptor
 from gpu_provision.spec.yamlsafe import Path, Positions, format_path
+
+if TYPE_CHECKING:
+    import jsonschema
+
+SCHEMA_FILE = "cluster.v1.schema.json"
 
 
 @cache
-def load_schema(name: str = "cluster.v1.schema.json") -> dict[str, Any]:
+def load_schema(name: str = SCHEMA_FILE) -> dict[str, Any]:
     """The JSON Schema called ``name``, read from the installed package (``gpu_provision/schemas/``).
 
     Read through :mod:`importlib.resources` so a wheel, an sdist install and the checkout all find the same file.
@@ -42,7 +45,9 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
         return
     whole = pattern.startswith("^") and pattern.endswith("$")
     if not (re.fullmatch(pattern, instance) if whole else re.search(pattern, instance)):
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+        from jsonschema import ValidationError
+
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
 def _finite(checker: Any, instance: Any) -> bool:
@@ -54,12 +59,21 @@ def _integer(checker: Any, instance: Any) -> bool:
     return _finite(checker, instance) and (isinstance(instance, int) or float(instance).is_integer())
 
 
-#: Draft 2020-12 with whole-value patterns and numbers that must be finite.
-Validator = validators.extend(
-    jsonschema.Draft202012Validator,
-    validators={"pattern": _pattern},
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _finite, "integer": _integer}),
-)
+@cache
+def validator_class() -> Any:
+    """Draft 2020-12 with whole-value patterns and numbers that must be finite.
+
+    Built on first use: jsonschema is imported only for a file the compiled check (:mod:`.accept`) did not accept,
+    whose problems it then finds and words.
+    """
+    import jsonschema
+    from jsonschema import validators
+
+    return validators.extend(
+        jsonschema.Draft202012Validator,
+        validators={"pattern": _pattern},
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many({"number": _finite, "integer": _integer}),
+    )
 
 
 #: What kind of value a message says it got, in a YAML reader's words rather than Python's type names.
@@ -168,8 +182,11 @@ def validate(document: Any, positions: Positions, filename: str) -> list[SpecPro
     """Every schema problem of ``document`` in file order (line, then column), each located in ``filename``.
 
     File order lets a reader fix a file top to bottom; problems at one place keep the order the schema gives them.
+    A document the compiled check accepts has none, and jsonschema is not run.
     """
-    validator = Validator(load_schema())
+    if acceptor(SCHEMA_FILE)(document):
+        return []
+    validator = validator_class()(load_schema(SCHEMA_FILE))
     problems: list[SpecProblem] = []
     seen: set[tuple[str, str]] = set()
     for error in validator.iter_errors(document):

@@ -136,16 +136,17 @@ def canonical_address(address: str) -> str | None:
 
 
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
+    addresses = [canonical_address(node.address) for node in cluster.nodes]
     for index, node in enumerate(cluster.nodes):
-        if canonical_address(node.address) is None:
+        if addresses[index] is None:
             ctx.add(("nodes", index, "address"), f"{node.address!r} is not an IP address or a host name (allowed: an "
                                                  "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' "
                                                  "whose last label is not all digits)")
-    for attr, key in (("name", str), ("address", canonical_address)):
-        counts = Counter(key(getattr(n, attr)) for n in cluster.nodes)
+    for attr, values in (("name", [node.name for node in cluster.nodes]), ("address", addresses)):
+        counts = Counter(values)
         first: dict[str, int] = {}
         for index, node in enumerate(cluster.nodes):
-            value = key(getattr(node, attr))
+            value = values[index]
             if value is not None and counts[value] > 1:
                 if value in first:
                     ctx.add(("nodes", index, attr), f"duplicate node {attr} '{getattr(node, attr)}' (also node "
@@ -198,6 +199,19 @@ def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None
 
 
 def _mig(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
+    """Checked once per set of MIG settings (nodes of one group share it) and what else the check reads; a set that
+    has a problem is checked again on every node, so each node's problem is located at its own lines."""
+    key = ("mig-check", id(node.mig), id(model), node.device_plugin.mig_strategy, node.sharing.strategy,
+           _explicit(ctx, index, ("device_plugin", "mig_strategy")))
+    if key in ctx.parts:
+        return
+    problems = len(ctx.problems)
+    _mig_layouts(ctx, index, node, model)
+    if len(ctx.problems) == problems:
+        ctx.parts[key] = (node.mig, None)
+
+
+def _mig_layouts(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
     if not node.mig.layouts:
         if node.device_plugin.mig_strategy != "none":
             ctx.add_node(index, ("device_plugin", "mig_strategy"),

@@ -29,8 +29,37 @@ from gpu_provision.errors import SpecError, SpecProblem
 MAX_BYTES = 2 * 1024 * 1024
 MAX_VALUES = 200_000
 MAX_DEPTH = 48
+_STR = "tag:yaml.org,2002:str"
+
+
+def _remembering(loader: type[Any]) -> type[Any]:
+    """``loader`` resolving each distinct plain scalar's tag once per document.
+
+    The composer asks the resolver for every scalar's tag (a handful of regular expressions, in Python), and a
+    cluster file repeats the same keys and values on every node. A safe loader has no path resolvers, so the tag
+    depends on the text and its implicit flags alone.
+    """
+
+    class Remembering(loader):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: Any) -> None:
+            super().__init__(stream)
+            self.tags: dict[tuple[Any, Any], str] = {}
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            if kind is not yaml.ScalarNode:
+                return super().resolve(kind, value, implicit)
+            key = (value, implicit)
+            tag = self.tags.get(key)
+            if tag is None:
+                tag = self.tags[key] = super().resolve(kind, value, implicit)
+            return tag
+
+    return Remembering
+
+
 #: libyaml's composer, None where PyYAML was built without it.
-FAST_LOADER: type[yaml.SafeLoader] | None = getattr(yaml, "CSafeLoader", None)
+FAST_LOADER: type[yaml.SafeLoader] | None = (_remembering(yaml.CSafeLoader) if hasattr(yaml, "CSafeLoader")
+                                             else None)
 
 Path = tuple[str | int, ...]
 
@@ -218,6 +247,8 @@ def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Po
         if path not in positions.scalars:
             written = budget.source[mark.index:node.end_mark.index]
             positions.scalars[path] = (written.rstrip(), not node.style)  # plain: None (PyYAML) or '' (libyaml)
+        if node.tag == _STR:  # what the constructor would return, without its dispatch for every text value
+            return node.value
         try:
             return loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
