@@ -21,6 +21,8 @@ from gpu_provision.doctor.rules import DoctorRule, Found
 #: Where the node's verification report (its state checks) and the controller's drift sit in the bundle.
 VERIFY_REPORT = "verify/report.json"
 DRIFT = "controller/drift.json"
+#: The loaded nvidia module's options (whether it re-creates the device files, and with which mode).
+PARAMS = "/proc/driver/nvidia/params"
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def from_checks(ev: Evidence) -> list[Declared]:
             continue
         concept = _check_concept(str(check.get("id")))
         if concept == "declared-device-files":
-            detail, fix, path = fixes.device_file_check(check, where)
+            detail, fix, path = fixes.device_file_check(check, where, ev.node_file(PARAMS))
             out.append(Declared(concept, detail, fix, path))
         else:
             detail = f"{check.get('id')}: {check.get('reason')}"
@@ -91,6 +93,7 @@ def from_drift(ev: Evidence, named: set[str]) -> list[Declared]:
     """The drift differences in the bundle, but device files in ``named`` (already reported from a check)."""
     drift = ev.json(DRIFT) or {}
     where = collected(ev)
+    params = ev.node_file(PARAMS)
     out = []
     for difference in drift.get("differences") or []:
         concept = _difference_concept(difference)
@@ -100,7 +103,7 @@ def from_drift(ev: Evidence, named: set[str]) -> list[Declared]:
         read = f" (read {difference['file']})" if difference.get("file") else ""
         detail = (f"{stage + ': ' if stage else ''}{difference.get('kind')} {difference.get('item')}: the cluster file "
                   f"wants {difference.get('expected')}, found {difference.get('actual')}{read}")
-        out.append(Declared(concept, detail, fixes.for_difference(difference, where)))
+        out.append(Declared(concept, detail, fixes.for_difference(difference, where, params)))
     return out
 
 

@@ -35,9 +35,25 @@ def stage(stages: str) -> str:
             f"(GPU_PROVISION_STAGES={stages} pyinfra INVENTORY {DEPLOY} --limit NODE).")
 
 
-def device_file_check(check: dict[str, Any], where: Collected) -> tuple[str, str, str]:
+def module_device_mode(params: str | None) -> str | None:
+    """The mode the loaded nvidia module gives the device files it re-creates (``DeviceFileMode`` of
+    ``/proc/driver/nvidia/params``, as octal), or None when it does not re-create them (``ModifyDeviceFiles: 0``) or
+    the params were not read.
+
+    With ``ModifyDeviceFiles: 1`` (the driver's default) the driver checks /dev/nvidia* whenever a client opens it
+    and makes them again with the module's ``NVreg_DeviceFile*`` options: seen on a real H200, /dev/nvidiactl made
+    0600 by hand was 0666 again after the next nvidia-smi. A chmod then lasts only until the next client.
+    """
+    values = dict(line.split(":", 1) for line in (params or "").splitlines() if ":" in line)
+    if values.get("ModifyDeviceFiles", "").strip() != "1" or not values.get("DeviceFileMode", "").strip().isdigit():
+        return None
+    return f"{int(values['DeviceFileMode']):04o}"
+
+
+def device_file_check(check: dict[str, Any], where: Collected, params: str | None = None) -> tuple[str, str, str]:
     """A failed device-file check as (detail, fix, path): the file, the mode and group seen and wanted, and the
-    commands that set them now (the permissions stage keeps them so across module loads)."""
+    commands that set them now (the permissions stage keeps them so across module loads); ``params``: the node's
+    ``/proc/driver/nvidia/params``, when a loaded module whose options differ would undo a chmod."""
     seen, wanted = check.get("measured") or {}, check.get("expected") or {}
     path = str(wanted.get("path") or seen.get("path") or "")
     group, mode = wanted.get("group"), wanted.get("mode")
@@ -47,6 +63,9 @@ def device_file_check(check: dict[str, Any], where: Collected) -> tuple[str, str
                 f"load the driver (modprobe nvidia, or nvidia-modprobe) so the file is made, {keep}", path)
     detail = (f"{path}: mode {seen.get('mode')}, group {seen.get('group')}; the cluster file wants mode {mode}, "
               f"group {group}")
+    module = module_device_mode(params)
+    if module is not None and module != mode:
+        return detail, module_fix(module, where), path
     command = f"chgrp {shlex.quote(str(group))} {shlex.quote(path)} && chmod {mode} {shlex.quote(path)}"
     return detail, f"on the node: {command}; {keep}", path
 
@@ -77,11 +96,23 @@ def for_check(concept: str, check: dict[str, Any], where: Collected) -> str:
             f"gpu-provision verify --limit {shlex.quote(where.node)}")
 
 
-def for_difference(difference: dict[str, Any], where: Collected) -> str:
-    """The fix for a drift difference: the exact command where one closes it, and always its stage's deploy."""
+def module_fix(module: str, where: Collected) -> str:
+    """The fix for device files a loaded module makes with another mode (:func:`module_device_mode`)."""
+    return (f"the loaded nvidia module makes /dev/nvidia* mode {module} again whenever a client opens the GPU "
+            f"(ModifyDeviceFiles: 1), so a chmod does not last: {deploy('permissions', where)} writes its "
+            "NVreg_DeviceFile* options, which the module takes when it is next loaded (reboot the node, or reload "
+            "the nvidia modules once no process uses the GPUs)")
+
+
+def for_difference(difference: dict[str, Any], where: Collected, params: str | None = None) -> str:
+    """The fix for a drift difference: the exact command where one closes it, and always its stage's deploy;
+    ``params`` as for :func:`device_file_check`."""
     kind, item = str(difference.get("kind") or ""), str(difference.get("item") or "")
     again = deploy(str(difference.get("stage") or "STAGE"), where)
     wanted = re.fullmatch(r"gid (\S+) mode (\d+)", str(difference.get("expected") or ""))
+    module = module_device_mode(params)
+    if kind == "device-file" and wanted and module is not None and module != wanted.group(2):
+        return module_fix(module, where)
     if kind == "device-file" and wanted:
         command = f"chown 0:{wanted.group(1)} {shlex.quote(item)} && chmod {wanted.group(2)} {shlex.quote(item)}"
         return f"on the node: {command}; then {again} keeps them"

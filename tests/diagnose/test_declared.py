@@ -221,11 +221,30 @@ def test_the_h200_field_script_and_its_cluster_file():
     folder = ROOT / "tests" / "fixtures" / "device" / "h200-doctor-declared"
     assert subprocess.run(["bash", "-n", str(folder / "run.sh")]).returncode == 0
     expect = from_node(load_cluster(folder / "cluster.yaml").node("h200-node")).to_dict()
-    assert expect["device_permissions"] == {"group": "root", "mode": "0666"}
+    assert expect["device_permissions"] == {"group": "video", "mode": "0660"}
     check = checks.device_file_check("node.device_file.nvidiactl", "/dev/nvidiactl",
-                                     {"owner": "root", "group": "root", "mode": "0600"}, expect)
+                                     {"owner": "root", "group": "root", "mode": "0666"}, expect)
     doc = build_report("h200-node", "test", "2026-12-02T00:00:00.000Z", 0.1, {}, [check])
-    ev = Evidence(node="@local", files={"verify/report.json": json.dumps(doc)})
+    params = "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n"  # the H200's
+    ev = Evidence(node="@local", files={"verify/report.json": json.dumps(doc),
+                                        "files/proc/driver/nvidia/params": params})
     [(rule, detail, fix)] = declared(ev)
     readme = (folder / "README.md").read_text()
     assert f"[{rule}] {detail}\n  fix: {fix}\n" in readme
+
+
+def test_a_chmod_the_loaded_module_would_undo_is_not_the_fix(bundle, expect):
+    """On a real H200 the driver re-created /dev/nvidiactl as 0666 at the next nvidia-smi after it was made 0600
+    (ModifyDeviceFiles: 1, DeviceFileMode: 438 in /proc/driver/nvidia/params): where the loaded module's mode is not
+    the file's, the fix is the module's options and its next load, never a chmod."""
+    params = "ModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 438\n"
+    ev = bundle({"verify/report.json": report(expect, nvidia0="0666"), "files/proc/driver/nvidia/params": params})
+    [(rule, detail, fix)] = declared(ev)
+    assert (rule, detail) == ("declared-device-files",
+                              "/dev/nvidia0: mode 0666, group gpu; the cluster file wants mode 0660, group gpu")
+    assert fix.startswith("the loaded nvidia module makes /dev/nvidia* mode 0666 again") and "chmod" in fix
+    assert "GPU_PROVISION_STAGES=permissions" in fix and "reboot" in fix and "chgrp" not in fix
+    # A module that keeps its hands off the files (ModifyDeviceFiles: 0), or one loaded with the wanted mode: chmod.
+    for kept in (params.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0"), params.replace("438", "432")):
+        ev = bundle({"verify/report.json": report(expect, nvidia0="0666"), "files/proc/driver/nvidia/params": kept})
+        assert declared(ev)[0][2].startswith("on the node: chgrp gpu /dev/nvidia0 && chmod 0660 /dev/nvidia0")
