@@ -76,8 +76,9 @@ def _modules():
         return []
 
 
-#: The NVIDIA kernel module's file names: plain or compressed as kmod reads them.
-MODULE_FILES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
+#: The NVIDIA kernel module's file names, plain or compressed as kmod reads them: NVIDIA's ``nvidia.ko`` and
+#: Debian's ``nvidia-current.ko`` (its packages rename the module so that driver branches can sit side by side).
+MODULE_FILES = tuple(stem + ext for stem in ("nvidia.ko", "nvidia-current.ko") for ext in ("", ".xz", ".zst", ".gz"))
 
 
 def _module_files(kernel):
@@ -92,7 +93,8 @@ def _module_files(kernel):
 
 
 def _dkms_built():
-    # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580...").
+    # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580..."),
+    # Debian's "nvidia-current/535.261.03, 6.1.0-57-amd64, x86_64: installed".
     if not _command.available("dkms"):
         return set()  # no DKMS, nothing built by it: not worth a process on every check
     text = _command.output(["dkms", "status"])  # timed out: the section answers an error, never a guess
