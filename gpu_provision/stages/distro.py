@@ -158,7 +158,13 @@ def unbuilt_kernels(state: NodeStateData) -> list[str]:
     return [k for k in build_kernels(state) if modules.get(k) != "dkms"]
 
 
+#: Every NVIDIA module DKMS knows (``nvidia-current/535.309.01`` from ``dkms status``), whatever its state.
+_REGISTERED = "dkms status | sed -n 's|^\\(nvidia[^,:/]*/[^,:]*\\)[,:].*|\\1|p' | sort -u"
+
+
 def build_commands(state: NodeStateData) -> list[str]:
-    """``dkms autoinstall`` per kernel still without the module: the packages' own scripts build for the running
-    kernel and the newest one, which misses a kernel whose headers arrived after the module's package."""
-    return [f"dkms autoinstall -k {shlex.quote(k)}" for k in unbuilt_kernels(state)]
+    """``dkms install`` of every registered NVIDIA module per kernel still without it: the packages' own scripts
+    skip a kernel whose headers were not configured yet, and ``dkms autoinstall`` (dkms 3.0) builds for the
+    running kernel only, whatever ``-k`` says."""
+    return [f"for m in $({_REGISTERED}); do dkms install \"$m\" -k {shlex.quote(k)} || exit 1; done"
+            for k in unbuilt_kernels(state)]

@@ -91,7 +91,7 @@ DISTRO_EXPECTED: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = [
          "Suites: bookworm bookworm-updates", "URIs: http://deb.debian.org/debian-security",
          "Suites: bookworm-security", "Components: contrib non-free non-free-firmware", DEBIAN_KEYRING,
          "Pin: version 535.*", "install --no-install-recommends", "'nvidia-kernel-dkms=535.*'", "'libcuda1=535.*'",
-         "'nvidia-smi=535.*'", "apt-mark hold nvidia-kernel-dkms", "dkms autoinstall -k 6.1.0-28-amd64"),
+         "'nvidia-smi=535.*'", "apt-mark hold nvidia-kernel-dkms", "dkms install \"$m\" -k 6.1.0-28-amd64"),
      ("cuda.sources", "developer.download.nvidia.com", "/etc/apt/sources.list\n", "nvidia-open-kernel-dkms")),
     # Debian archive: bookworm's nvidia-open-kernel-dkms is 535.261.03-1 and depends on firmware-nvidia-gsp at that
     # version, which the pin must take back down from the security update's 535.309.01.
@@ -101,7 +101,7 @@ DISTRO_EXPECTED: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = [
     (2, ("Suites: trixie trixie-updates", "Suites: trixie-security", "'nvidia-open-kernel-dkms=550.*'",
          "Pin: version 550.*"), ("bookworm",)),
     # Ubuntu Server docs: Ubuntu's own server driver from its archive, no repository of the project's.
-    (3, ("nvidia-driver-580-server-open",), ("gpu-provision-debian-nonfree", "cuda.sources", "dkms autoinstall")),
+    (3, ("nvidia-driver-580-server-open",), ("gpu-provision-debian-nonfree", "cuda.sources", "dkms install")),
 ]
 
 
