@@ -29,14 +29,22 @@ def _kernel_key(version):
     return [int(p) if p.isdigit() else p for p in version.replace("-", ".").split(".")]
 
 
+def _kernel_in_modules(name):
+    # A kernel's own modules (kernel/, modules.order) make it installed; a folder holding only what others put
+    # there (headers' build link, DKMS's updates/ for the running kernel of a container) does not.
+    top = os.path.join("/lib/modules", name)
+    return os.path.isdir(os.path.join(top, "kernel")) or os.path.exists(os.path.join(top, "modules.order"))
+
+
 def _pending_kernel(running):
     # The newest installed kernel is the one the next boot picks (Debian, Ubuntu and RHEL default boot order).
     installed = set()
     for folder, prefix in (("/boot", "vmlinuz-"), ("/lib/modules", "")):
         try:
             for name in os.listdir(folder):
-                if name.startswith(prefix) and name[len(prefix):][:1].isdigit():
-                    installed.add(name[len(prefix):])
+                version = name[len(prefix):]
+                if name.startswith(prefix) and version[:1].isdigit() and (prefix or _kernel_in_modules(name)):
+                    installed.add(version)
         except OSError:
             pass
     if not installed:
