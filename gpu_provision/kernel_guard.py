@@ -16,10 +16,14 @@ from gpu_provision.state import NodeStateData
 CHECK = "kernel-guard"
 
 
+#: The NVIDIA kernel module's loaded names: NVIDIA's, and Debian's, which installs it as ``nvidia-current.ko``.
+LOADED_NAMES = ("nvidia", "nvidia_current")
+
+
 def _driver_on_running(state: NodeStateData, running: str) -> bool:
-    """Whether the running kernel has an NVIDIA driver to lose (modules for it, or ``nvidia`` loaded)."""
+    """Whether the running kernel has an NVIDIA driver to lose (modules for it, or the module loaded)."""
     modules = state.system.get("nvidia_modules") or {}
-    return bool(modules.get(running)) or "nvidia" in state.system.get("modules", [])
+    return bool(modules.get(running)) or any(m in LOADED_NAMES for m in state.system.get("modules", []))
 
 
 def blocked_reboot(node: Node, state: NodeStateData, dkms: bool = True) -> str | None:

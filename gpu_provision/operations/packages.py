@@ -90,11 +90,12 @@ def apt_lock_wait(seconds: int) -> str:
 
 
 def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_changed: bool,
-         lock_timeout: int = LOCK_TIMEOUT) -> list[str]:
+         lock_timeout: int = LOCK_TIMEOUT, recommends: bool = True) -> list[str]:
     """Commands that install, remove, hold and lock ``wants`` (empty when the node already matches).
 
     apt commands wait up to ``lock_timeout`` seconds for another holder of the dpkg lock (unattended-upgrades) before
-    failing; dnf waits for the holder of its own lock by itself.
+    failing; dnf waits for the holder of its own lock by itself. ``recommends=False`` installs with apt's
+    ``--no-install-recommends``.
     """
     manager = state.package_manager
     unmet = [(w, {d.kind for d in w.unmet(state)}) for w in wants]
@@ -105,7 +106,7 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
     if not (install or remove or hold):
         return []
     if manager == "apt":
-        return _apt(install, remove, hold, repositories_changed, apt_lock_wait(lock_timeout))
+        return _apt(install, remove, hold, repositories_changed, apt_lock_wait(lock_timeout), recommends)
     if manager == "dnf":
         locked = [w for w in install if state.package(w.name).held]
         down = [w for w in install if is_downgrade(w.version, state.package(w.name).version)]
@@ -114,7 +115,7 @@ def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_change
 
 
 def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[PackageWant],
-         repositories_changed: bool, wait: str) -> list[str]:
+         repositories_changed: bool, wait: str, recommends: bool = True) -> list[str]:
     commands = []
     apt_get = f"{APT_GET} {wait}"
     if remove:
@@ -127,7 +128,7 @@ def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[Packa
             # Refresh the index only when apt cannot resolve the wanted versions from what it already has:
             # `apt-get update` on every run would make a converged node report a change.
             commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || apt-get {wait} update -q")
-        commands.append(f"{apt_get} install {specs}")
+        commands.append(f"{apt_get} install {'' if recommends else '--no-install-recommends '}{specs}")
     if hold:
         commands.append("apt-mark hold " + " ".join(shlex.quote(w.name) for w in hold))
     return commands
@@ -157,13 +158,14 @@ def _dnf(install: list[PackageWant], downgrade: list[PackageWant], remove: list[
 
 
 @operation()
-def wants(wants: Sequence[PackageWant], lock_timeout: int = LOCK_TIMEOUT):
+def wants(wants: Sequence[PackageWant], lock_timeout: int = LOCK_TIMEOUT, recommends: bool = True):
     """Packages installed at the wanted versions (downgrading if needed), held where wanted, or removed.
 
     + wants: the packages; ``version`` as the package manager spells it (``580.95.05-1``, ``580.*``), ``held``
       for ``apt-mark hold`` / ``dnf versionlock``, ``present=False`` to remove
     + lock_timeout: seconds to wait for another process holding the package lock (the node's
       ``packages.lock_timeout``); apt fails only after that, instead of at once
+    + recommends: False installs without the packages' recommendations (apt's ``--no-install-recommends``)
 
     The package index is refreshed only when a repository file changed in this run or apt cannot resolve a wanted
     version from the index it has. Held packages are changed only to the wanted version (apt's
@@ -178,7 +180,7 @@ def wants(wants: Sequence[PackageWant], lock_timeout: int = LOCK_TIMEOUT):
     wanted = list(wants)
     state = current_state(host, request_for(list(wanted)))
     repositories_changed = any(p.startswith(REPOSITORY_PREFIXES) for p in changed_paths(host))
-    commands = plan(wanted, state, repositories_changed, lock_timeout)
+    commands = plan(wanted, state, repositories_changed, lock_timeout, recommends)
     if not commands:
         host.noop("packages already as wanted: " + ", ".join(w.name for w in wanted))
         return

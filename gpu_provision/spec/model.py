@@ -17,7 +17,7 @@ from gpu_provision.spec.settings import default
 
 Role = Literal["control-plane", "worker"]
 KernelModules = Literal["open", "proprietary", "auto"]
-InstallMethod = Literal["package", "preinstalled"]
+InstallMethod = Literal["package", "distro", "preinstalled"]
 RuntimeKind = Literal["docker", "containerd"]
 SharingStrategy = Literal["none", "time-slicing", "mps"]
 MigStrategy = Literal["none", "single", "mixed"]

@@ -270,9 +270,15 @@ _node_props = {
             "kernel_modules": _e("Kernel module flavour: open (Turing and newer), proprietary, or auto (open where "
                                  "the architecture supports it).", ["open", "proprietary", "auto"], default="auto"),
             "install_method": _e("'package': install NVIDIA's data-center driver from the repository; "
-                                 "'preinstalled': a driver already on the node (a vendor image's, or NVIDIA's vGPU "
-                                 "Manager), checked but never changed. A vGPU host (vgpu set) needs 'preinstalled'.",
-                                 ["package", "preinstalled"], default="package"),
+                                 "'distro': the OS's own driver packages (Debian: contrib/non-free, enabled in a "
+                                 "sources file of gpu-provision's, branch 535 on Debian 12 and 550 on Debian 13, "
+                                 "built by DKMS for the kernels the node boots: the running one, or, where the "
+                                 "running kernel is not installed on the node (a container on its host's kernel), "
+                                 "the installed one; Ubuntu: its server driver packages, as with 'package'; RHEL has "
+                                 "none); 'preinstalled': a driver already on the node (a vendor image's, or NVIDIA's "
+                                 "vGPU Manager), checked but never changed. A vGPU host (vgpu set) needs "
+                                 "'preinstalled'.",
+                                 ["package", "distro", "preinstalled"], default="package"),
             "reboot": _e("Whether the deploy may reboot the node when a driver or MIG change needs it.",
                          ["allowed", "never"], default="never"),
             "cuda_min": {"type": ["string", "number"], "description": "Minimum CUDA version the driver must support, "
@@ -288,7 +294,7 @@ _node_props = {
             "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
                               "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "
                               "so unattended upgrades cannot move the node to a kernel the driver was not built for "
-                              "without the deploy. Only with install_method: package.", default=False),
+                              "without the deploy. Only with install_method: package or distro.", default=False),
         },
     ),
     "container_runtime": _obj(

@@ -2,7 +2,8 @@
 nouveau blacklisted, persistence daemon, Fabric Manager with NSCQ and NVLSM where the node's bus has NVSwitches
 (:mod:`gpu_provision.stages.fabric`), and a reboot only when one is needed and allowed.
 
-Package names per OS family come from ``gpu_provision/data/packages.json`` with the source each follows.
+Package names per OS family come from ``gpu_provision/data/packages.json`` with the source each follows; the OS's
+own driver packages (``install_method: distro``) are described in :mod:`gpu_provision.stages.distro`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.stages import fabric
+from gpu_provision.stages import distro, fabric
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "driver"
@@ -81,7 +82,9 @@ def driver_packages(node: Node, state: NodeStateData) -> list[str]:
     fam = family(state.system)
     if fam is None:
         return []
-    entry = catalog()["driver"][fam]
+    entry = distro.entry(state) if distro.applies(node) else catalog()["driver"][fam]
+    if entry is None:
+        return []
     kind = f"precompiled_{modules(node)}" if precompiled(state) else modules(node)
     template = entry[kind]
     return names(template, branch=node.driver.spell("branch"), flavour=node_flavour(state),
@@ -89,15 +92,16 @@ def driver_packages(node: Node, state: NodeStateData) -> list[str]:
 
 
 def header_packages(node: Node, state: NodeStateData) -> list[str]:
-    """Kernel header packages DKMS needs for the running and pending kernel, where they are missing."""
-    if precompiled(state) or node.driver.install_method != "package":
+    """Kernel header packages DKMS needs for the kernels it builds for (:func:`distro.build_kernels`), where they
+    are missing."""
+    if precompiled(state) or not managed(node):
         return []
     manager = state.package_manager
     if manager not in ("apt", "dnf"):
         return []
     headers = state.system.get("headers", {})
     out = []
-    for kernel in sorted({state.system.get("kernel", ""), state.system.get("kernel_pending", "")} - {""}):
+    for kernel in distro.build_kernels(state):
         if not headers.get(kernel):
             out.extend(names(catalog()["kernel_headers"][manager], kernel=kernel))
     return out
@@ -168,6 +172,8 @@ def branch_lock_commands(node: Node, state: NodeStateData) -> list[str]:
 
 def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
     """apt pins that keep every driver package (and its dependencies) on the wanted branch or version."""
+    if distro.applies(node):
+        return distro.pins(node, state)
     fam = family(state.system)
     globs = tuple(catalog()["driver"][fam]["pin"]) if fam else ()
     if not globs:
@@ -175,15 +181,19 @@ def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
     return [repos.Pin(globs, node.driver.spell("pin"))]
 
 
-def uses_repository(state: NodeStateData) -> bool:
-    """Whether the driver comes from the CUDA repository (Debian, RHEL) rather than the distribution (Ubuntu)."""
+def uses_repository(state: NodeStateData, node: Node | None = None) -> bool:
+    """Whether the driver comes from the CUDA repository (Debian, RHEL) rather than the distribution (Ubuntu, or
+    ``install_method: distro``)."""
+    if node is not None and distro.applies(node):
+        return False
     fam = family(state.system)
     return bool(fam and catalog()["driver"][fam]["repository"])
 
 
 def managed(node: Node) -> bool:
-    """Whether this stage installs anything on ``node`` (GPUs expected, driver installed from packages)."""
-    return node.has_gpus and node.driver.install_method == "package"
+    """Whether this stage installs anything on ``node`` (GPUs expected, driver installed from packages: NVIDIA's
+    or the OS's own)."""
+    return node.has_gpus and node.driver.install_method in ("package", distro.METHOD)
 
 
 def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
@@ -192,7 +202,8 @@ def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     version = node.driver.spell("package", fam)
     out = [PackageWant(name, None if kernel_versioned(name) else version, held=True)
            for name in driver_packages(node, state)]
-    if fam:
+    out.extend(PackageWant(name, held=True) for name in distro.own_version_packages(node, state))
+    if fam and not distro.applies(node):
         pinned, own = fabric.package_names(node, fam, fabric.decide(node, state))
         out.extend(PackageWant(name, version, held=True) for name in pinned)
         out.extend(PackageWant(name) for name in own)
@@ -238,7 +249,10 @@ def file_wants(node: Node) -> list[FileWant]:
 
 
 def repository_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[FileWant]:
-    """The CUDA repository's files (none on Ubuntu, whose archive carries the driver)."""
+    """The CUDA repository's files (none on Ubuntu, whose archive carries the driver), or with ``distro`` the
+    file enabling Debian's non-free components and its pins."""
+    if distro.applies(node):
+        return distro.repository_wants(node, state)
     if not uses_repository(state):
         return []
     return repos.repository_files("cuda", cluster.mirrors.cuda, state, repository_pins(node, state),
@@ -257,7 +271,9 @@ def _all_package_names(node: Node) -> set[str]:
     """Every driver package name any OS family could use (kernel-dependent names are asked for later)."""
     out: set[str] = set()
     branch = node.driver.spell("branch")
-    for entry in catalog()["driver"].values():
+    entries = [*catalog()["driver"].values(), catalog()["distro_driver"]["debian"]]
+    out.update(catalog()["distro_driver"]["debian"]["own_version"])
+    for entry in entries:
         for key in ("open", "proprietary"):
             out.update(n for n in names(entry.get(key, []), branch=branch, flavour="", kernel="")
                        if not n.endswith("-"))
@@ -271,11 +287,17 @@ def request(node: Node, cluster: Cluster) -> Request:
         return req
     req.packages |= _all_package_names(node)
     req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST} | repos.repository_request(
-        "cuda").files
+        "cuda").files | distro_files()
     req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST}
     req.packages.add(catalog()["driver"]["rhel"]["prerequisites"]["package"])
     req.units |= {PERSISTENCED, FABRIC_MANAGER}
     return req
+
+
+def distro_files() -> set[str]:
+    """The paths of Debian's sources and preferences files for ``install_method: distro``."""
+    name = catalog()["distro_driver"]["debian"]["sources_file"]["name"]
+    return {f"/etc/apt/sources.list.d/{name}.sources", f"/etc/apt/preferences.d/{name}.pref"}
 
 
 def loaded_version(state: NodeStateData) -> str | None:
@@ -365,7 +387,14 @@ def driver_stage() -> None:
             target.noop("preinstalled driver matches the cluster file")
         return
     fam = family(state.system)
-    if uses_repository(state):
+    refused = distro.problems(node, state, fabric.wanted(node, state))
+    if refused:
+        commands.fail(name="Check the OS's own driver packages", reason="; ".join(refused))
+        return
+    if distro.applies(node):
+        files.wants(name="Debian's non-free components and driver pins", wants=distro.repository_wants(node, state),
+                    request=req)
+    elif uses_repository(state):
         repos.apt_repository(name="CUDA repository", repo_id="cuda", repo=cluster.mirrors.cuda,
                              pins=repository_pins(node, state), proxy=cluster.mirrors.package_proxy)
     files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
@@ -376,7 +405,13 @@ def driver_stage() -> None:
                      needed=lambda s: "; ".join(preparation_commands(node, s)) or None, request=req,
                      noop="driver prerequisites and module stream already in place")
     packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state),
-                   lock_timeout=node.packages.lock_timeout)
+                   lock_timeout=node.packages.lock_timeout,
+                   recommends=not (distro.applies(node) and distro.no_recommends(state)))
+    if distro.applies(node):
+        commands.guarded(name="DKMS module for every kernel the node boots",
+                         command=lambda s: " && ".join(distro.build_commands(s)),
+                         needed=lambda s: ", ".join(distro.unbuilt_kernels(s)) or None, request=req,
+                         noop="the NVIDIA module is built for every kernel the node boots")
     commands.guarded(name="Driver branch versionlock", command=lambda s: " && ".join(branch_lock_commands(node, s)),
                      needed=lambda s: "; ".join(branch_lock_commands(node, s)) or None, request=req,
                      noop="no branch lock needed or already in place")

@@ -17,7 +17,7 @@ from gpu_provision.desired import FileWant, PackageWant, Want
 from gpu_provision.operations import packages
 from gpu_provision.operations.packages import catalog
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.stages import driver, kubernetes, runtime, toolkit
+from gpu_provision.stages import distro, driver, kubernetes, runtime, toolkit
 from gpu_provision.state import NodeStateData
 
 SELINUX_CONFIG = "/etc/selinux/config"
@@ -69,6 +69,8 @@ class Choice:
     runtime: Literal["docker", "containerd"] = "docker"
     runtime_version: str | None = None
     ubuntu_only: bool = False
+    install_method: Literal["package", "distro"] = "package"
+    branch: str | None = None
 
 
 CHOICES = (
@@ -86,16 +88,18 @@ def state_for(manager: str, system: dict[str, Any], secure_boot: str = "disabled
     kernel = system["kernel"]
     files = {SELINUX_CONFIG: {"exists": True, "type": "file", "content": "SELINUX=enforcing\nSELINUXTYPE=targeted\n"}}
     return NodeStateData({"system": {**system, "kernel_pending": kernel, "secure_boot": secure_boot,
-                                     "headers": {kernel: True}, "modules": []},
+                                     "headers": {kernel: True}, "modules": [], "nvidia_modules": {kernel: None}},
                           "packages": {"manager": manager, "packages": {}},
                           "files": files if manager == "dnf" else {}, "services": {}})
 
 
 def node_for(node: Node, choice: Choice) -> Node:
-    """``node`` with ``choice``'s settings, on an NVSwitch board (Fabric Manager on), so every path shows the
-    fabric's packages too; a fresh node's probe answer here has no PCI bus to decide ``auto`` from."""
+    """``node`` with ``choice``'s settings; a repository path on an NVSwitch board (Fabric Manager on), so it shows the
+    fabric's packages too (a fresh node's probe answer here has no PCI bus to decide ``auto`` from; the
+    distribution's own packages carry no Fabric Manager)."""
     drv = replace(node.driver, kernel_modules=choice.kernel_modules, version=choice.driver_version,
-                  fabric_manager=True)
+                  install_method=choice.install_method, branch=choice.branch or node.driver.branch,
+                  fabric_manager=choice.install_method != "distro")
     rt = replace(node.container_runtime, kind=choice.runtime, version=choice.runtime_version,
                  docker_source="docker")
     return replace(node, driver=drv, container_runtime=rt)
@@ -114,9 +118,11 @@ def steps(node: Node, cluster: Cluster, state: NodeStateData) -> list[tuple[str,
     """The stages in order, each with the repository files it writes and the commands it runs on a fresh node."""
     out = []
     drv = driver.wants(node, cluster, state)
+    recommends = not (distro.applies(node) and distro.no_recommends(state))
     commands = [*driver.preparation_commands(node, state),
-                *packages.plan(_packages(drv), state, repositories_changed=True),
-                *driver.branch_lock_commands(node, state)]
+                *packages.plan(_packages(drv), state, repositories_changed=True, recommends=recommends),
+                *driver.branch_lock_commands(node, state),
+                *(distro.build_commands(state) if distro.applies(node) else [])]
     out.append(("driver", _files(drv), commands))
     rt = runtime.wants(node, cluster, state)
     out.append(("container runtime", _files(rt), packages.plan(_packages(rt), state, repositories_changed=True)))
@@ -127,6 +133,27 @@ def steps(node: Node, cluster: Cluster, state: NodeStateData) -> list[tuple[str,
         out.append(("Kubernetes", _files(k8s), [*kubernetes.selinux_commands(state),
                                                 *packages.plan(_packages(k8s), state, repositories_changed=True)]))
     return out
+
+
+#: The OS's own driver packages (``driver.install_method: distro``): each (system name in :data:`SYSTEMS`, choice).
+#: Debian 12's open modules exist at 535.261.03 only (the security update moved the proprietary ones and the GSP
+#: firmware on), so that path pins the version; Ubuntu's archive is the one ``package`` uses there.
+DISTRO_PATHS: tuple[tuple[str, Choice], ...] = (
+    ("Debian 12, x86_64", Choice("OS's own driver, proprietary modules, branch held", kernel_modules="proprietary",
+                                 runtime="containerd", install_method="distro", branch="535")),
+    ("Debian 12, x86_64", Choice("OS's own driver, open modules, exact driver version", driver_version="535.261.03",
+                                 runtime="containerd", install_method="distro")),
+    ("Debian 13, arm64", Choice("OS's own driver, open modules, branch held", runtime="containerd",
+                                install_method="distro", branch="550")),
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", Choice("OS's own driver, open modules, branch held",
+                                                       runtime="containerd", install_method="distro")),
+)
+
+
+def distro_paths() -> list[tuple[str, str, dict[str, Any], Choice]]:
+    """Every (system, choice) pair rendered for ``install_method: distro``."""
+    systems = {name: (manager, system) for name, manager, system in SYSTEMS}
+    return [(name, *systems[name], choice) for name, choice in DISTRO_PATHS]
 
 
 def paths() -> list[tuple[str, str, dict[str, Any], Choice]]:
@@ -159,7 +186,8 @@ Generated by `tools/gen_install_paths.py` from `gpu_provision/data/packages.json
 (`gpu_provision/stages/paths.py`) for node `{node}` of `inventory/cluster.yaml`; edit those, not this page.
 Each path shows what the stages write and run on a fresh node, in order: the repository files (with their key and
 pins), the driver's preparation (prerequisite repositories, module stream), the package commands with their
-versions, holds and locks. The facts come from the sources below (the `source` beside each group of
+versions, holds and locks. The last paths take the OS's own driver packages (`driver.install_method: distro`)
+instead of NVIDIA's repository. The facts come from the sources below (the `source` beside each group of
 `packages.json`); facts marked UNCONFIRMED there are not confirmed against the vendor's own text.
 
 ## Sources
@@ -172,7 +200,7 @@ def render(cluster: Cluster, node_name: str = "h200-01") -> str:
     """The whole page: the sources, then every path."""
     node = cluster.node(node_name)
     out = [HEADER.format(node=node_name, sources=_sources())]
-    for name, manager, system, choice in paths():
+    for name, manager, system, choice in [*paths(), *distro_paths()]:
         out.append(f"## {name}: {choice.title}\n")
         out.append(render_path(node, cluster, manager, system, choice))
     return "\n".join(out).rstrip() + "\n"

@@ -22,7 +22,7 @@ from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
-from gpu_provision.stages import driver, fabric
+from gpu_provision.stages import distro, driver, fabric
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "preflight"
@@ -71,16 +71,16 @@ def _resource_findings(state: NodeStateData) -> list[Finding]:
 
 def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
     """Secure Boot, open/proprietary modules and the kernels the modules must exist for."""
-    if not node.has_gpus or node.driver.install_method != "package":
+    if not driver.managed(node):
         return []
     system = state.system
-    out = []
+    out = [Finding("install-method", p) for p in distro.problems(node, state, fabric.wanted(node, state))]
     model = gpus.model(node.gpus.model) if node.gpus.model else None
     kind = driver.modules(node)
     if model and model.open_modules_required and kind == "proprietary":
         out.append(Finding("kernel-modules", f"{model.key} needs the open kernel modules; "
                                              "set driver.kernel_modules to open or auto"))
-    kernels = sorted({str(system.get("kernel", "")), str(system.get("kernel_pending", ""))} - {""})
+    kernels = distro.build_kernels(state)
     if driver.precompiled(state):
         available = set(state.section("runtime").get("precompiled_modules", []))
         stem = f"linux-modules-nvidia-{node.driver.spell('branch')}-server{'-open' if kind == 'open' else ''}"

@@ -131,13 +131,14 @@ class Ssh:
 
     def __call__(self, node: RigNode, command: str, key: Path | None = None,
                  known_hosts: Path | None = None, user: str = "root",
-                 input: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Run ``command`` on ``node`` as ``user`` (root unless told); never raises on a failing command."""
+                 input: str | None = None, timeout: float = SSH_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on ``node`` as ``user`` (root unless told), for up to ``timeout`` seconds; never raises
+        on a failing command."""
         argv = ["ssh", "-F", "/dev/null", "-i", str(key or self.rig.paths.client_key),
                 "-o", f"UserKnownHostsFile={known_hosts or self.rig.paths.known_hosts}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                 "-o", "ConnectTimeout=10", f"{user}@{node.ssh_address}", command]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S, input=input)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
 
 
 @pytest.fixture(scope="session")

@@ -81,6 +81,30 @@ EXPECTED: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+# The OS's own driver packages (index in paths.DISTRO_PATHS, facts that must appear, facts that must not).
+DEBIAN_KEYRING = "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+DISTRO_EXPECTED: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = [
+    # Debian wiki NvidiaGraphicsDrivers: contrib non-free non-free-firmware; bookworm ships 535, DKMS builds the
+    # module (nvidia-kernel-dkms). sources.list(5): deb822 with Signed-By; the security suite under debian-security.
+    # Debian archive (apt-cache depends): libcuda1 only recommends nvidia-kernel-dkms, so the set names it.
+    (0, ("/etc/apt/sources.list.d/gpu-provision-debian-nonfree.sources", "URIs: http://deb.debian.org/debian\n",
+         "Suites: bookworm bookworm-updates", "URIs: http://deb.debian.org/debian-security",
+         "Suites: bookworm-security", "Components: contrib non-free non-free-firmware", DEBIAN_KEYRING,
+         "Pin: version 535.*", "install --no-install-recommends", "'nvidia-kernel-dkms=535.*'", "'libcuda1=535.*'",
+         "'nvidia-smi=535.*'", "apt-mark hold nvidia-kernel-dkms", "dkms install \"$m\" -k 6.1.0-28-amd64"),
+     ("cuda.sources", "developer.download.nvidia.com", "/etc/apt/sources.list\n", "nvidia-open-kernel-dkms")),
+    # Debian archive: bookworm's nvidia-open-kernel-dkms is 535.261.03-1 and depends on firmware-nvidia-gsp at that
+    # version, which the pin must take back down from the security update's 535.309.01.
+    (1, ("Pin: version 535.261.03-*", "'nvidia-open-kernel-dkms=535.261.03-*'",
+         "'firmware-nvidia-gsp=535.261.03-*'"), ("nvidia-kernel-dkms",)),
+    # Debian 13 ships 550 (550.163.01-2 in trixie).
+    (2, ("Suites: trixie trixie-updates", "Suites: trixie-security", "'nvidia-open-kernel-dkms=550.*'",
+         "Pin: version 550.*"), ("bookworm",)),
+    # Ubuntu Server docs: Ubuntu's own server driver from its archive, no repository of the project's.
+    (3, ("nvidia-driver-580-server-open",), ("gpu-provision-debian-nonfree", "cuda.sources", "dkms install")),
+]
+
+
 def _rendered(system_name: str, choice: int) -> str:
     manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == system_name)
     return paths.render_path(NODE, CLUSTER, manager, system, paths.CHOICES[choice])
@@ -91,6 +115,14 @@ def _rendered(system_name: str, choice: int) -> str:
 def test_path_holds_the_vendors_facts(system_name: str, choice: int, present: tuple[str, ...],
                                       absent: tuple[str, ...]) -> None:
     text = _rendered(system_name, choice)
+    assert [fact for fact in present if fact not in text] == []
+    assert [fact for fact in absent if fact in text] == []
+
+
+@pytest.mark.parametrize(("index", "present", "absent"), DISTRO_EXPECTED, ids=[str(r[0]) for r in DISTRO_EXPECTED])
+def test_distro_path_holds_the_vendors_facts(index: int, present: tuple[str, ...], absent: tuple[str, ...]) -> None:
+    name, manager, system, choice = paths.distro_paths()[index]
+    text = paths.render_path(NODE, CLUSTER, manager, system, choice)
     assert [fact for fact in present if fact not in text] == []
     assert [fact for fact in absent if fact in text] == []
 

@@ -26,14 +26,22 @@ def running_kernel():
     return os.uname().release
 
 
+def _kernel_in_modules(name):
+    # A kernel's own modules (kernel/, modules.order) make it installed; a folder holding only what others put
+    # there (headers' build link, DKMS's updates/ for the running kernel of a container) does not.
+    top = os.path.join("/lib/modules", name)
+    return os.path.isdir(os.path.join(top, "kernel")) or os.path.exists(os.path.join(top, "modules.order"))
+
+
 def _pending_kernel(running):
     # The newest installed kernel is the one the next boot picks (Debian, Ubuntu and RHEL default boot order).
     installed = set()
     for folder, prefix in (("/boot", "vmlinuz-"), ("/lib/modules", "")):
         try:
             for name in os.listdir(folder):
-                if name.startswith(prefix) and name[len(prefix):][:1].isdigit():
-                    installed.add(name[len(prefix):])
+                version = name[len(prefix):]
+                if name.startswith(prefix) and version[:1].isdigit() and (prefix or _kernel_in_modules(name)):
+                    installed.add(version)
         except OSError:
             pass
     if not installed:
@@ -73,8 +81,9 @@ def _modules():
         return []
 
 
-#: The NVIDIA kernel module's file names: plain or compressed as kmod reads them.
-MODULE_FILES = ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst", "nvidia.ko.gz")
+#: The NVIDIA kernel module's file names, plain or compressed as kmod reads them: NVIDIA's ``nvidia.ko`` and
+#: Debian's ``nvidia-current.ko`` (its packages rename the module so that driver branches can sit side by side).
+MODULE_FILES = tuple(stem + ext for stem in ("nvidia.ko", "nvidia-current.ko") for ext in ("", ".xz", ".zst", ".gz"))
 
 
 def _module_files(kernel):
@@ -89,7 +98,8 @@ def _module_files(kernel):
 
 
 def _dkms_built():
-    # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580...").
+    # `dkms status` lines: "nvidia/580.95.05, 6.8.0-50-generic, x86_64: installed" (older dkms: "nvidia, 580..."),
+    # Debian's "nvidia-current/535.261.03, 6.1.0-57-amd64, x86_64: installed".
     if not _command.available("dkms"):
         return set()  # no DKMS, nothing built by it: not worth a process on every check
     text = _command.output(["dkms", "status"])  # timed out: the section answers an error, never a guess
