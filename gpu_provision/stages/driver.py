@@ -228,7 +228,7 @@ def kernel_hold_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
 
 def reboot_refused(node: Node, state: NodeStateData) -> str | None:
     """Why the node must not take the reboot its driver needs: the kernel guard (None when a reboot is safe)."""
-    if pending_reboot(node, state) is None:
+    if reboot_reason(node, state) is None:
         return None
     return kernel_guard.blocked_reboot(node, state, dkms=not precompiled(state))
 
@@ -328,10 +328,11 @@ def pending_reboot(node: Node, state: NodeStateData) -> str | None:
     """Why the node needs a reboot once this run's driver step is done: :func:`reboot_reason`, or a loaded driver
     whose packages this run moves to another version.
 
-    A deploy plans every operation from what it read before changing anything, so the step that reboots and the MIG
-    layout that must not run between the new driver's install and that reboot (the new library beside the old module
-    fails every nvidia-smi call with "Driver/library version mismatch") decide from this, not from the state the
-    install leaves. A node with no driver loaded needs no reboot: the first nvidia-smi loads the new module.
+    A deploy plans every operation from what it read before changing anything, so the MIG layout, which must not
+    run between the new driver's install and the reboot that loads it (the new library beside the old module fails
+    every nvidia-smi call with "Driver/library version mismatch"), decides from this, not from the state the install
+    leaves; the boot unit applies the layout after that reboot. A node with no driver loaded needs no reboot: the
+    first nvidia-smi loads the new module.
     """
     reason = reboot_reason(node, state)
     loaded = loaded_version(state)
@@ -339,7 +340,8 @@ def pending_reboot(node: Node, state: NodeStateData) -> str | None:
         return reason
     driver = set(driver_packages(node, state))
     moving = sorted(w.name for w in package_wants(node, state)
-                    if w.name in driver and any(d.kind == "package" for d in w.unmet(state)))
+                    if w.name in driver and state.package(w.name).version is not None
+                    and any(d.kind == "package" for d in w.unmet(state)))
     if not moving:
         return None
     return f"driver {loaded} is loaded and this run installs {', '.join(moving)} {node.driver.spell('reported')}"
@@ -419,11 +421,10 @@ def driver_stage() -> None:
         commands.guarded(name="Kernel guard before a reboot", command=lambda s: commands.fail_command(
                              f"not rebooting: {reboot_refused(node, s)}"),
                          needed=lambda s: reboot_refused(node, s), request=req, noop="no kernel stands in the way")
-    # Allowed, the reboot follows this run's install; otherwise the flag names what the node runs now, so a node
-    # that waits for its reboot keeps one reason (and shows no change) over later runs.
-    allowed = node.driver.reboot == "allowed"
-    commands.reboot_when(name="Reboot for the driver", request=req, allowed=allowed,
-                         needed=lambda s: pending_reboot(node, s) if allowed else reboot_reason(node, s))
+    # Decided from what was read before this run changed anything: a driver this run moves is loaded at the next
+    # reboot (the rollout's, or the next run's), and the MIG layout waits for it (pending_reboot).
+    commands.reboot_when(name="Reboot for the driver", needed=lambda s: reboot_reason(node, s), request=req,
+                         allowed=node.driver.reboot == "allowed")
     # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.
     services.wants(name="Driver services", wants=unit_wants(node, state),
                    _if=lambda: reboot_reason(node, current_state(target, req)) is None)

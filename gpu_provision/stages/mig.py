@@ -157,9 +157,9 @@ def mig_stage() -> None:
             target.log_styled(f"MIG apply may not reboot: {refused}", fg="yellow", log_func=logger.warning)
         guarded = reboot_guarded(node, state)
         # The driver's readings too: a layout waits while the installed driver is not (or, once this run's driver
-        # step is done, will not be) the loaded one, unless the driver step takes that reboot itself first.
+        # step is done, will not be) the loaded one; the boot unit applies it after the reboot.
         mig_ops.layout(name="MIG layout", node=guarded, request=req.merge(driver.request(node, cluster)),
-                       waits_for=lambda s: None if node.driver.reboot == "allowed" else driver.pending_reboot(node, s))
+                       waits_for=lambda s: driver.pending_reboot(node, s))
         commands.guarded(
             name="Finish an interrupted MIG apply (bring back what it took down)",
             command=agent_mig.apply_command(node, "apply"),

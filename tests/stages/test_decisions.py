@@ -123,6 +123,25 @@ def test_reboot_reasons() -> None:
     assert driver.reboot_reason(H200, NodeStateData(raw)) is None
 
 
+def test_a_run_that_moves_a_loaded_driver_leaves_a_reboot_pending() -> None:
+    """Seen on the rig rolling 580.159.04 back to 580.126.09 with a MIG change: the MIG step ran after the install and
+    before the reboot and failed with "Driver/library version mismatch". What a run reads before it changes anything
+    must already say a reboot will be pending (the MIG layout waits for it); with no driver loaded, none is."""
+    old = replace(H200, driver=replace(H200.driver, version="580.126.09"))
+    raw = fresh("debian12", gpus=8)
+    assert driver.pending_reboot(old, NodeStateData(raw)) is None  # nothing loaded: nvidia-smi loads the new one
+    raw["packages"]["packages"]["nvidia-open"] = {"version": "580.159.04-1", "held": True}
+    raw["gpu"]["driver_version_line"] = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  "
+                                         "Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Oct 16 2025")
+    state = NodeStateData(raw)
+    assert driver.reboot_reason(old, state) is None
+    assert driver.pending_reboot(old, state) == ("driver 580.159.04 is loaded and this run installs nvidia-open "
+                                                 "580.126.09")
+    assert driver.pending_reboot(replace(H200, driver=replace(H200.driver, version="580.159.04")), state) is None
+    raw["gpu"]["driver_version_line"] = raw["gpu"]["driver_version_line"].replace("580.159.04", "570.86.15")
+    assert driver.pending_reboot(old, NodeStateData(raw)) == "driver 570.86.15 is loaded, 580.159.04 is installed"
+
+
 def test_preinstalled_driver_is_checked_not_changed() -> None:
     node = replace(H200, driver=replace(H200.driver, install_method="preinstalled", version="580.159.04"))
     raw = fresh("debian12", gpus=8)
