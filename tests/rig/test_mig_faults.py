@@ -166,3 +166,35 @@ def test_kill_9_is_finished_by_the_boot_unit(rig, at_a, ssh):  # type: ignore[no
     assert placed(ssh, at_a, 0) == A_PLACED
     assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert ssh(at_a, f"test -e {RECORD}").returncode != 0
+
+
+def test_the_boot_unit_waits_for_an_apply_in_progress(at_a, ssh):  # type: ignore[no-untyped-def]
+    """Two appliers on one node at once (one MIG applier per node): an apply by hand (the deploy's command, layout B)
+    holds the node's applier lock, stopped at the gate in the middle of its GPU instance creation, while
+    gpu-provision-mig.service starts (the boot unit, the layout file's A). The unit waits and names the holder; once
+    the first apply finishes, the unit applies its layout after it. Neither fails, nothing is left half made."""
+    pid = held_in_background(ssh, at_a)
+    try:
+        assert ssh(at_a, "systemctl start --no-block gpu-provision-mig.service").returncode == 0
+        deadline = time.monotonic() + 60
+        journal = ""
+        while "waiting up to" not in journal:
+            assert time.monotonic() < deadline, journal
+            time.sleep(0.5)
+            journal = ssh(at_a, "journalctl -u gpu-provision-mig.service --no-pager -n 50").stdout
+        assert f"held by pid {pid}" in journal or f"pid {pid}" in journal, journal
+        assert ssh(at_a, "systemctl show -p ActiveState --value gpu-provision-mig.service").stdout.strip() \
+            == "activating"
+    finally:
+        ssh(at_a, f"rm -f {GATE}")
+    wait_gone(ssh, at_a, pid)
+    assert "Insufficient Resources" not in ssh(at_a, "cat /root/apply.out").stdout
+    deadline = time.monotonic() + 180
+    while ssh(at_a, "systemctl show -p ActiveState --value gpu-provision-mig.service").stdout.strip() == "activating":
+        assert time.monotonic() < deadline, "the boot unit never finished"
+        time.sleep(1)
+    status = ssh(at_a, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
+    assert "Result=success" in status, status + ssh(at_a, "journalctl -u gpu-provision-mig.service --no-pager").stdout
+    assert placed(ssh, at_a, 0) == A_PLACED  # the boot unit's layout, applied after the apply by hand
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0
