@@ -135,8 +135,8 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     assert by_name[GPU.name]["status"]["nodeInfo"]["kubeletVersion"] == "v1.36.4"
 
     daemonsets = ssh(CP, f"{KUBECTL} get daemonsets -A -o name").stdout.split()
-    assert sorted(daemonsets) == ["daemonset.apps/dcgm-exporter", "daemonset.apps/kube-flannel-ds",
-                                  "daemonset.apps/nvidia-device-plugin"]
+    assert sorted(daemonsets) == ["daemonset.apps/dcgm-exporter", "daemonset.apps/gpu-feature-discovery",
+                                  "daemonset.apps/kube-flannel-ds", "daemonset.apps/nvidia-device-plugin"]
     flannel = json.loads(ssh(CP, f"{KUBECTL} get ds kube-flannel-ds -n kube-flannel -o json").stdout)
     assert flannel["spec"]["template"]["spec"]["containers"][0]["image"] == \
         "registry.rig.invalid:5000/flannel/flannel:v0.26.4"
