@@ -89,6 +89,22 @@ def apt_lock_wait(seconds: int) -> str:
     return f"-o DPkg::Lock::Timeout={int(seconds)}"
 
 
+#: Seconds one ``apt-get update`` may take beyond its lock wait before it is stopped and tried once more.
+UPDATE_BOUND = 180
+
+
+def apt_update(wait: str) -> str:
+    """``apt-get update`` bounded in time and tried once more when it fails or is stopped.
+
+    Seen twice on the rig's nodes behind apt-cacher-ng: apt waited for ever on its methods after every one of them
+    had finished and gone idle, so a deploy held the node until ``ssh.command_timeout``. A second try, with what the
+    first one fetched, went through where it was tried by hand.
+    """
+    seconds = int(wait.rsplit("=", 1)[-1]) + UPDATE_BOUND if "=" in wait else UPDATE_BOUND
+    once = f"timeout -k 10 {seconds} apt-get {wait} update -q"
+    return f"{{ {once} || {once}; }}"
+
+
 def plan(wants: Sequence[PackageWant], state: NodeStateData, repositories_changed: bool,
          lock_timeout: int = LOCK_TIMEOUT, recommends: bool = True) -> list[str]:
     """Commands that install, remove, hold and lock ``wants`` (empty when the node already matches).
@@ -123,11 +139,11 @@ def _apt(install: list[PackageWant], remove: list[PackageWant], hold: list[Packa
     if install:
         specs = " ".join(shlex.quote(apt_spec(w)) for w in install)
         if repositories_changed:
-            commands.append(f"apt-get {wait} update -q")
+            commands.append(apt_update(wait))
         else:
             # Refresh the index only when apt cannot resolve the wanted versions from what it already has:
             # `apt-get update` on every run would make a converged node report a change.
-            commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || apt-get {wait} update -q")
+            commands.append(f"{APT_GET} install -s {specs} >/dev/null 2>&1 || {apt_update(wait)}")
         commands.append(f"{apt_get} install {'' if recommends else '--no-install-recommends '}{specs}")
     if hold:
         commands.append("apt-mark hold " + " ".join(shlex.quote(w.name) for w in hold))

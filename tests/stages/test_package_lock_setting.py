@@ -31,4 +31,4 @@ def test_lock_timeout_defaults_to_five_minutes_and_follows_the_node(tmp_path: Pa
     host = FakeHost({"packages": {"manager": "apt", "packages": {}}})
     out = run_op(packages.wants, host, [PackageWant("nvidia-driver")], lock_timeout=cluster.node("a").packages.lock_timeout)
     assert out[-1].endswith("-o DPkg::Lock::Timeout=45 install nvidia-driver")
-    assert "apt-get -o DPkg::Lock::Timeout=45 update -q" in out[0]
+    assert "timeout -k 10 225 apt-get -o DPkg::Lock::Timeout=45 update -q" in out[0]
