@@ -22,6 +22,7 @@ EXPECTED = {
     ("cuda", "nvidia-open"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "cuda-drivers"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "nvidia-fabricmanager"): ["580.159.04-1", "580.126.09-1"],
+    ("cuda", "libnvidia-nscq"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "datacenter-gpu-manager"): ["1:3.3.9"],
     ("libnvidia-container", "nvidia-container-toolkit"): ["1.17.8-1"],
     ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1"],

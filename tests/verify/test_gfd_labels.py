@@ -20,7 +20,7 @@ def _node(labels: dict[str, str]) -> dict:
 def test_expectations_carry_the_labels_only_with_nfd() -> None:
     h200 = CLUSTER.node("h200-01")
     assert from_node(h200, True).to_dict()["kubernetes"]["labels"] == {}
-    want = from_node(h200, True, True).to_dict()["kubernetes"]["labels"]
+    want = from_node(h200, True, feature_labels=True).to_dict()["kubernetes"]["labels"]
     assert want["exact"] == {"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
                              "nvidia.com/gpu.sharing-strategy": "none"}
     assert "NVIDIA-H200" in want["products"] and want["memory_mib"] == 141 * 1024
