@@ -181,4 +181,5 @@ def _local_expectations(expect_files: dict[str, str]) -> str | None:
         raise GpuProvisionError(f"{cluster.source}: no node named '{name}'") from None
     if not node.has_gpus:
         return None
-    return from_node(node, cluster.kubernetes.enabled).to_json()
+    k8s = cluster.kubernetes
+    return from_node(node, k8s.enabled, k8s.dra, k8s.node_feature_discovery).to_json()
