@@ -131,7 +131,7 @@ def test_pyinfra_cli_names_the_failed_checks_and_reads_as_no_crash(sim_node, tmp
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert [c["id"] for c in failed] == ["node.gpu.count", "node.pci.gpus"]
     (line,) = [line for line in broken.stderr.splitlines() if "verify fail:" in line]
-    assert line.strip().startswith("[@local] verify fail: 13 passed, 2 failed, 6 skipped in ")
+    assert line.strip().startswith("[@local] verify fail: 13 passed, 2 failed, 7 skipped in ")
     assert line.endswith("; failed checks: node.gpu.count: driver sees 1 GPU(s), the cluster file says 2; "
                          "node.pci.gpus: 1 H200 GPU(s) on the PCI bus, expected 2 (report: reports/verify/@local.json)")
     assert "executed 0 commands" not in broken.stderr and "No hosts remaining" not in broken.stderr

@@ -53,6 +53,7 @@ def test_a_branch_compares_only_its_own_parts() -> None:
 def test_the_probe_picks_the_newest_kernel_in_this_order(monkeypatch: pytest.MonkeyPatch) -> None:
     kernels = ["6.8.0-100-generic", "6.8.0-45-generic", "6.8.0-9-generic"]
     monkeypatch.setattr(system.os, "listdir", lambda folder: kernels if folder == "/lib/modules" else [])
+    monkeypatch.setattr(system, "_kernel_in_modules", lambda name: True)  # each folder holds its kernel's modules
     assert system._pending_kernel("6.8.0-45-generic") == ("6.8.0-100-generic", sorted(kernels, key=version_key))
 
 

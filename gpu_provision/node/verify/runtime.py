@@ -76,17 +76,22 @@ def kubectl(config: str, *args: str, stdin: str | None = None, timeout: float = 
         return run([*argv, "-f", handle.name], timeout=timeout)
 
 
-def read_node(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """Return the Node object of this node, or an error message."""
+def get_json(spec: dict[str, Any], kind: str, *args: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``kubectl get KIND ARGS -o json`` with this node's kubeconfig: the object, or an error message."""
     config = kubeconfig(spec)
     if config is None:
         return None, "no kubeconfig on this node (admin.conf or kubelet.conf)"
-    result = kubectl(config, "get", "node", spec["node_name"], "-o", "json")
+    result = kubectl(config, "get", kind, *args, "-o", "json")
     if "error" in result:
         return None, f"kubectl: {result['error']}"
     if result["returncode"] != 0:
-        return None, f"kubectl get node failed: {result['stderr'].strip()[:200]}"
+        return None, f"kubectl get {kind} failed: {result['stderr'].strip()[:200]}"
     return json.loads(result["stdout"]), None
+
+
+def read_node(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """Return the Node object of this node, or an error message."""
+    return get_json(spec, "node", spec["node_name"])
 
 
 def read_node_settled(spec: dict[str, Any], settle_s: float = 60.0, interval_s: float = 2.0,

@@ -8,7 +8,6 @@ the driver's ``type`` and ``profile`` attributes, with what the cluster file imp
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -56,16 +55,7 @@ def read(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     The field selector is what a node's own credentials may list (the node authorizer limits a kubelet to its own
     slices); the driver and node are checked again in :func:`devices`.
     """
-    config = runtime.kubeconfig(spec)
-    if config is None:
-        return None, "no kubeconfig on this node (admin.conf or kubelet.conf)"
-    result = runtime.kubectl(config, "get", "resourceslices", "--field-selector",
-                             f"spec.nodeName={spec['node_name']}", "-o", "json")
-    if "error" in result:
-        return None, f"kubectl: {result['error']}"
-    if result["returncode"] != 0:
-        return None, f"kubectl get resourceslices failed: {result['stderr'].strip()[:200]}"
-    return json.loads(result["stdout"]), None
+    return runtime.get_json(spec, "resourceslices", "--field-selector", f"spec.nodeName={spec['node_name']}")
 
 
 def read_settled(spec: dict[str, Any], settle_s: float = 60.0, interval_s: float = 2.0,
