@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, cluster_doc, placed, reboot
+from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, B, cluster_doc, placed, reboot
 
 from gpu_provision.bundle import BUNDLE_PATH
 from gpu_provision_rig.config import RigNode
@@ -200,5 +200,51 @@ def test_the_boot_unit_waits_for_an_apply_in_progress(at_a, ssh):  # type: ignor
     status = ssh(at_a, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
     assert "Result=success" in status, status + ssh(at_a, "journalctl -u gpu-provision-mig.service --no-pager").stdout
     assert placed(ssh, at_a, 0) == A_PLACED  # the boot unit's layout, applied after the apply by hand
+    assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert ssh(at_a, f"test -e {RECORD}").returncode != 0
+
+
+def test_a_deploy_waits_for_the_boot_unit(rig, at_a, ssh, pyinfra, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """The boot unit against a deploy (one MIG applier per node): gpu-provision-mig.service applies the layout file's
+    A and is held at the gate in the middle of its GPU instance creation, holding the node's applier lock, while a
+    real pyinfra deploy of layout B runs. The deploy's applier waits for the lock, then applies B after the unit's A:
+    both succeed, the unit's journal shows A applied whole, and the GPUs end at the deploy's B."""
+    from_b = ssh(at_a, f"python3 {BUNDLE_PATH} mig-apply apply --layout {B_LAYOUT}")  # so the unit has A to make
+    assert from_b.returncode == 0, from_b.stdout + from_b.stderr
+    layout_file = "/etc/gpu-provision/mig-layout.yaml"
+    saved = ssh(at_a, f"cat {layout_file}").stdout
+    dropin = "/etc/systemd/system/gpu-provision-mig.service.d/gate.conf"
+    gated = ssh(at_a, f"mkdir -p {Path(dropin).parent} && printf '[Service]\\nEnvironment=PATH=/root/gate-bin:"
+                      f"/usr/sbin:/usr/bin:/sbin:/bin\\n' > {dropin} && systemctl daemon-reload && "
+                      f"touch {GATE} && rm -f {REACHED} && systemctl restart --no-block gpu-provision-mig.service")
+    assert gated.returncode == 0, gated.stderr
+    try:
+        wait_reached(ssh, at_a)
+        cluster = tmp_path / "cluster-b.yaml"
+        cluster.write_text(yaml.safe_dump(cluster_doc(rig, at_a, B, {"7g.141gb": 1}), sort_keys=False))
+        monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster))
+        run = pyinfra.start(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="mig_deploy.py"))
+        try:
+            deadline = time.monotonic() + 300
+            while ssh(at_a, "pgrep -f 'mig-apply [a]pply'").returncode != 0:
+                assert run.poll() is None, run.communicate()[0][-6000:]
+                assert time.monotonic() < deadline, "the deploy never started its applier"
+                time.sleep(0.5)
+            time.sleep(2)  # the deploy's applier is in its wait now: the unit still holds the lock at the gate
+            assert ssh(at_a, "systemctl show -p ActiveState --value gpu-provision-mig.service").stdout.strip() \
+                == "activating"
+        finally:
+            ssh(at_a, f"rm -f {GATE}")
+        output, _ = run.communicate(timeout=900)
+        assert run.returncode == 0, output[-6000:]
+    finally:
+        ssh(at_a, f"rm -f {GATE} {dropin}; systemctl daemon-reload; cat > {layout_file} <<'EOF'\n{saved}EOF")
+    status = ssh(at_a, "systemctl show -p ActiveState,Result gpu-provision-mig.service").stdout
+    journal = ssh(at_a, "journalctl --no-pager _SYSTEMD_INVOCATION_ID="
+                        "$(systemctl show -p InvocationID --value gpu-provision-mig.service)").stdout
+    assert "Result=success" in status, status + journal
+    assert "applied: GPU 0: " + ", ".join(A_PLACED) in journal, journal
+    assert "Insufficient Resources" not in journal + output
+    assert placed(ssh, at_a, 0) == B_PLACED  # the deploy's layout, applied after the unit's
     assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert ssh(at_a, f"test -e {RECORD}").returncode != 0

@@ -15,6 +15,8 @@ included. What the stand-ins cannot prove is listed in
    serving pod (the injected failure): that node fails and stays cordoned, the rollout stops, ``rollout status``
    shows it, a re-run skips it; once the budget is gone, ``--retry-failed`` resumes it first and rolls the rest.
 3. The rollback: driver 580.159.04 → 580.126.09 with a MIG change, rolled out as the upgrade was.
+4. A deploy step that fails on the node: the rollout's reason names the operation, the command, its exit status and
+   the last lines it printed.
 """
 
 from __future__ import annotations
@@ -403,3 +405,30 @@ def test_rollback_rolls_out_as_the_upgrade_did(site):
     for name, obj in site.nodes_json().items():
         if name != site.cp.name:
             assert obj["metadata"]["labels"][LABEL] == "upgrade-done" and not obj["spec"].get("unschedulable")
+
+
+def test_a_failing_step_says_which_command_failed_and_how(site):
+    """A deploy step that fails on the node (apt cannot read a broken source list) fails the node's change with the
+    operation, the command, its exit status and the last lines apt printed; the node stays cordoned, and once the cause
+    is gone --retry-failed finishes it. The control plane is in the limit: the MIG strategy change needs its objects
+    (the device plugin's ConfigMap and the node's config label), which only the first control plane applies."""
+    g1 = site.gpus[0]
+    limit = f"{site.cp.name},{g1.name}"
+    broken = "/etc/apt/sources.list.d/broken-by-test.list"
+    assert site.ssh(g1, f"echo 'this is no source line' > {broken}").returncode == 0
+    try:
+        site.write(NEW, B)
+        code, doc, output = site.rollout("--limit", limit)
+        assert code == 1, output[-8000:]
+        reason = {n["name"]: n for n in doc["nodes"]}[g1.name]["reason"]
+        assert reason.startswith("the change failed: the deploy failed at GPU node | NVIDIA driver | "), reason
+        assert "apt-get" in reason and "exited 100" in reason, reason
+        assert "broken-by-test.list" in reason, reason  # apt's own words about the file, from the output's tail
+        assert "no message" not in reason
+        obj = site.nodes_json()[g1.name]
+        assert obj["metadata"]["labels"][LABEL] == "upgrade-failed" and obj["spec"]["unschedulable"] is True
+    finally:
+        site.ssh(g1, f"rm -f {broken}")
+    code, doc, output = site.rollout("--limit", limit, "--retry-failed")
+    assert code == 0, output[-8000:]
+    assert driver_of(site, g1) == (NEW, f"{NEW}-1", True)
