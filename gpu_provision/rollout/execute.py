@@ -386,6 +386,30 @@ def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str
     return out
 
 
+def labels_left_to_the_control_plane(cluster: Cluster, names: Iterable[str], control_plane: str,
+                                     node_objects: Iterable[dict[str, Any]]) -> list[str]:
+    """One warning per node among ``names`` whose Kubernetes labels differ from the file's, when the run leaves out
+    ``control_plane``: only the first control plane's deploy applies node labels and the device plugin's configs, so
+    such a node's change (a MIG strategy change, say) cannot pass its verification until that node is rolled too."""
+    names = set(names)
+    if control_plane in names:
+        return []
+    from gpu_provision.k8s.nodes import labels
+
+    have = {o["metadata"]["name"]: o["metadata"].get("labels") or {} for o in node_objects}
+    out = []
+    for node in cluster.nodes:
+        if node.name not in names or node.name not in have:
+            continue
+        wrong = [f"{k}: {have[node.name].get(k, '(absent)')} -> {v}" for k, v in sorted(labels(node).items())
+                 if have[node.name].get(k) != v]
+        if wrong:
+            out.append(f"warning: {node.name}'s labels differ from the file ({'; '.join(wrong)}) and only the "
+                       f"first control plane {control_plane} applies them: add {control_plane} to --limit, or the "
+                       f"node's verification fails")
+    return out
+
+
 def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: bool, log: Callable[[str], None],
          on_rollout: Callable[[RolloutRun], Any] | None = None, mode: Mode = "run",
          names: Iterable[str] = ()) -> Report:
@@ -400,6 +424,12 @@ def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: b
                    if r is not None and r.state == "unknown"]
     else:
         roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
+    if fleet.kube is not None and fleet.kubectl is not None and roll_targets:
+        planes = fleet.kubectl.control_plane
+        if planes not in names:
+            for line in labels_left_to_the_control_plane(fleet.cluster, [t.name for t in roll_targets], planes,
+                                                         fleet.on_control_plane(fleet.kube.nodes)):
+                log(line)
     rollout = RolloutRun(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)
     if on_rollout is not None:
         on_rollout(rollout)

@@ -171,3 +171,30 @@ def test_finish_takes_the_nodes_left_in_progress_and_targets_follow_records(tmp_
     assert [t.name for t in roll] == ["gpu-1", "gpu-2"] and skipped == []
     roll, skipped = targets_of(plan, cluster, {"gpu-1": Record("upgrade-done")}, retry_failed=False)
     assert roll == [] and skipped == []
+
+
+def test_a_limited_run_warns_of_labels_only_the_control_plane_applies(tmp_path):
+    """A node whose MIG strategy the file changes needs its device plugin config label (applied by the first control
+    plane's deploy alone): a run that leaves the control plane out says so, naming the label and the fix."""
+    from gpu_provision.rollout.execute import labels_left_to_the_control_plane
+    from gpu_provision.spec import load_cluster
+
+    path = tmp_path / "k.json"
+    path.write_text(json.dumps({"version": "v1", "cluster": {"name": "k"}, "nodes": [
+        {"name": "cp-1", "address": "192.0.2.1", "role": "control-plane"},
+        {"name": "gpu-1", "address": "192.0.2.2", "gpus": {"model": "H200", "count": 1},
+         "mig": {"layout": {"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1}}}]}))
+    cluster = load_cluster(path)
+    from gpu_provision.k8s.nodes import CONFIG_LABEL, labels
+
+    gpu = next(n for n in cluster.nodes if n.name == "gpu-1")
+    wanted = labels(gpu)
+    assert wanted[CONFIG_LABEL] == "mig-mixed"
+    stale = {"metadata": {"name": "gpu-1", "labels": {**wanted, CONFIG_LABEL: "mig-single"}}}
+    [line] = labels_left_to_the_control_plane(cluster, ["gpu-1"], "cp-1", [stale])
+    assert line.startswith("warning: gpu-1's labels differ from the file")
+    assert f"{CONFIG_LABEL}: mig-single -> mig-mixed" in line and "add cp-1 to --limit" in line
+    # Nothing to say once the labels are right, or when the control plane is in the run.
+    current = {"metadata": {"name": "gpu-1", "labels": dict(wanted)}}
+    assert labels_left_to_the_control_plane(cluster, ["gpu-1"], "cp-1", [current]) == []
+    assert labels_left_to_the_control_plane(cluster, ["cp-1", "gpu-1"], "cp-1", [stale]) == []
