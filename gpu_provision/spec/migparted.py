@@ -8,10 +8,10 @@ configs for ``gpu-provision export mig-parted`` and the layout file.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpu_provision.node.mig import migparted
-from gpu_provision.node.mig.migparted import Requested
 from gpu_provision.spec.catalog import GpuModel
 from gpu_provision.spec.model import MigLayout, Node
 
@@ -21,14 +21,12 @@ __all__ = ["export", "layouts_for", "node_config"]
 def layouts_for(doc: dict[str, Any], config: str, model: GpuModel, count: int) -> dict[int, MigLayout]:
     """The per-GPU layouts that config ``config`` gives ``count`` GPUs of ``model`` (later entries win)."""
     gpus = [(index, model.pci_device_ids) for index in range(count)]
-    return {index: MigLayout(profiles=want.profiles, enabled=want.enabled, config_name=config)
-            for index, want in migparted.requested(doc, config, gpus).items()}
+    return {index: replace(want, config_name=config) for index, want in migparted.requested(doc, config, gpus).items()}
 
 
 def node_config(node: Node, model: GpuModel | None) -> list[dict[str, Any]]:
     """The mig-parted entries describing ``node``'s layouts (GPUs with equal layouts share an entry)."""
-    layouts = {index: Requested(layout.enabled, layout.profiles) for index, layout in node.mig.layouts.items()}
-    return migparted.entries(layouts, model.pci_device_ids if model else (), node.gpus.count)
+    return migparted.entries(node.mig.layouts, model.pci_device_ids if model else (), node.gpus.count)
 
 
 def export(nodes: list[tuple[Node, GpuModel | None]]) -> dict[str, Any]:

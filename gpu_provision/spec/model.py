@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-from gpu_provision.node.mig.model import GpuLayout
+from gpu_provision.node.mig.model import GpuLayout, MigLayout
 from gpu_provision.spec.defaults import FLAT_SUITE
 from gpu_provision.spec.settings import default
 
@@ -286,26 +286,9 @@ class GpuExpectation:
 
 
 @dataclass(frozen=True)
-class MigLayout:
-    """The MIG layout the cluster file asks of one GPU: instance counts as written, and the layout planned from them.
-
-    The counts are what the node's mig-parted layout file carries; ``planned`` is what every other reader (the
-    deploy's plan, drift, ``mig-assert``, verification) compares a GPU with, planned once by
-    :func:`gpu_provision.spec.resolve.derive`.
-    """
-
-    #: Profile name -> instance count, e.g. ``{"1g.18gb": 2, "3g.71gb": 1}``; empty with MIG enabled and no instances.
-    profiles: dict[str, int]
-    enabled: bool = True
-    #: MIG mode and placements planned on the model's placement table; None until the cluster file is resolved.
-    planned: GpuLayout | None = None
-    #: Name of the mig-parted config this layout came from, if any.
-    config_name: str | None = None
-
-
-@dataclass(frozen=True)
 class Mig:
-    """MIG settings of a node: one layout per GPU index."""
+    """MIG settings of a node: one :class:`~gpu_provision.node.mig.model.MigLayout` per GPU index (the one type for
+    a GPU's asked-for layout, on the controller and on the node, which this module's readers import from here)."""
 
     layouts: dict[int, MigLayout] = field(default_factory=dict)
     #: Stop user processes holding a GPU instead of refusing the change.

@@ -11,8 +11,7 @@ import pytest
 
 from gpu_provision.commands import mig as mig_command
 from gpu_provision.node.mig import holders, migparted, placement
-from gpu_provision.node.mig.migparted import Requested
-from gpu_provision.node.mig.model import GpuLayout, Placement, ProfileTable, fmt_placements
+from gpu_provision.node.mig.model import GpuLayout, MigLayout, Placement, ProfileTable, fmt_placements
 from gpu_provision.operations import mig as mig_ops
 from gpu_provision.spec import catalog, load_cluster
 from gpu_provision.spec.migparted import layouts_for, node_config
@@ -116,8 +115,8 @@ def test_controller_and_node_read_the_layout_file_alike() -> None:
     assert migparted.check(doc) == []
     controller = layouts_for(doc, node.name, H200, node.gpus.count)
     on_node = migparted.requested(doc, None, [(i, ["0x233510de"]) for i in range(8)])
-    assert {i: Requested(lay.enabled, lay.profiles) for i, lay in controller.items()} == on_node
-    assert {i: Requested(lay.enabled, lay.profiles) for i, lay in node.mig.layouts.items()} == on_node
+    assert {i: MigLayout(lay.profiles, lay.enabled) for i, lay in controller.items()} == on_node
+    assert {i: MigLayout(lay.profiles, lay.enabled) for i, lay in node.mig.layouts.items()} == on_node
     assert migparted.requested(doc, None, [(0, ["0x20b210de"])]) == {}
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from gpu_provision.mig import install
 from gpu_provision.mig.plan import layout_drift, mig_actions
-from gpu_provision.node.mig import layout, migparted, nvsmi, placement
+from gpu_provision.node.mig import apply, layout, migparted, nvsmi, placement
 from gpu_provision.node.mig.layout import Action
-from gpu_provision.node.mig.migparted import Requested
 from gpu_provision.node.mig.model import GpuLayout, Placement, ProfileTable, fmt_placements
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.spec import catalog, load_cluster
@@ -185,6 +185,19 @@ def test_disable_tears_down_first() -> None:
     assert layout.plan_node(want([], enabled=False), snapshot(current=False)) == []
 
 
+def test_a_gpu_needs_a_list_of_actions_and_the_mode_kinds_stop_the_whole_gpu_holders() -> None:
+    """One GPU's steps are plain actions; a reset finishing a pending enable changes the mode as ``mig-mode``
+    does, so the holders of the whole GPU are stopped around it, not only the instance holders."""
+    gpu = snapshot(current=False, pending=True)["gpus"][0]
+    steps = layout.gpu_steps(0, GpuLayout(True, BALANCED), gpu)
+    assert [type(a) for a in steps] == [Action] * 5 and steps[0].kind == "reset"
+    assert layout.gpu_steps(0, GpuLayout(True, BALANCED), snapshot()["gpus"][0]) == []
+    units = {"kubelet.service", "nvidia-persistenced.service"}
+    actions = layout.plan_node(want(BALANCED), snapshot(current=False, pending=True), active_units=units)
+    assert argv(actions)[0] == "systemctl stop kubelet.service nvidia-persistenced.service"
+    assert [a.kind for a in actions if a.kind in layout.MODE_KINDS] == ["reset"]
+
+
 def test_missing_gpu_and_failed_nvidia_smi_are_refused() -> None:
     missing = layout.plan_node({3: GpuLayout(True, BALANCED)}, snapshot())
     assert [str(a) for a in missing] == ["GPU 3: refused: GPU 3 is not on this node"]
@@ -201,7 +214,7 @@ def test_migparted_entries_select_gpus_by_device_id_and_index() -> None:
     ]}}
     selected = [(g["index"], [g["pci_device_id"]]) for g in gpus]
     assert migparted.requested(doc, None, selected) == {
-        0: Requested(enabled=False, profiles={}), 1: Requested(enabled=True, profiles={"3g.71gb": 2})}
+        0: MigLayout(enabled=False, profiles={}), 1: MigLayout(enabled=True, profiles={"3g.71gb": 2})}
     with pytest.raises(ValueError, match="no config named 'x'"):
         migparted.requested(doc, "x", selected)
 
@@ -257,3 +270,14 @@ def test_placements_are_planned_once_by_the_resolve_step() -> None:
     assert resolved.mig.planned == {0: GpuLayout(True, TWO_3G)}
     actions = mig_actions(resolved.mig.planned, snapshot(current=False))
     assert argv(actions)[1:3] == ["nvidia-smi mig -i 0 -cgi 3g.71gb:0 -C", "nvidia-smi mig -i 0 -cgi 3g.71gb:4 -C"]
+
+
+def test_the_node_plans_the_layout_file_to_the_controllers_layouts(h200_table: dict) -> None:
+    """The node applier plans the layout file's counts itself, with the same search on the driver's tables, and
+    gets exactly the GpuLayouts the resolve step stored for the node (the placements do not travel)."""
+    node = load_cluster(REPO / "inventory" / "cluster.yaml").node("h200-01")
+    doc = install.layout_document(node)
+    probed = snapshot(current=False, count=node.gpus.count)
+    probed["tables"] = {str(g["index"]): h200_table for g in probed["gpus"]}
+    assert apply.desired_for(doc, node.name, probed) == node.mig.planned
+    assert {type(lay) for lay in migparted.requested(doc, node.name, [(0, ["0x233510de"])]).values()} == {MigLayout}

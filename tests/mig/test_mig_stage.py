@@ -13,7 +13,7 @@ from gpu_provision import bundle
 from gpu_provision.desired import FileWant, UnitWant
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.node.mig import migparted
-from gpu_provision.node.mig.migparted import Requested
+from gpu_provision.node.mig.model import MigLayout
 from gpu_provision.node.mig.record import RECORD_FILE
 from gpu_provision.node.probe import mig as probe
 from gpu_provision.operations import mig as mig_ops
@@ -69,8 +69,8 @@ def test_layout_file_is_migparted_v1_in_json() -> None:
     assert doc["mig-configs"]["h200-01"] == node_config(H200, catalog.model("H200"))
     # What the node-side applier reads back from it, for the node's eight GPUs.
     layouts = migparted.requested(doc, None, [(g["index"], [g["pci_device_id"]]) for g in snapshot(False)["gpus"]])
-    assert layouts[7] == Requested(enabled=False, profiles={})
-    assert all(layouts[i] == Requested(enabled=True, profiles={"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1})
+    assert layouts[7] == MigLayout(enabled=False, profiles={})
+    assert all(layouts[i] == MigLayout(enabled=True, profiles={"1g.18gb": 2, "2g.35gb": 1, "3g.71gb": 1})
                for i in range(7))
 
 

@@ -41,7 +41,7 @@ from . import holders, kmod, lock, migparted, placement, record
 from . import layout as mig_layout
 from . import vgpu as mig_vgpu
 from .interrupt import Interrupted, install, say, shielded
-from .model import GpuLayout, ProfileTable
+from .model import GpuLayout, Placement, ProfileTable
 
 DRAIN_WAIT_S = 30.0
 GPU_PODS = ("nvidia-device-plugin", "gpu-feature-discovery", "dcgm-exporter")
@@ -60,12 +60,13 @@ def run(argv: list, check: bool = True) -> tuple:
     return rc, out
 
 
-def desired_for(doc: dict, config, snapshot: dict) -> dict:
-    """Per GPU index, the :class:`GpuLayout` the layout file asks for, placed on the driver's own tables."""
+def desired_for(doc: dict, config: str | None, snapshot: dict) -> dict[int, GpuLayout]:
+    """Per GPU index, the :class:`GpuLayout` planned from the :class:`.model.MigLayout` the layout file asks for, placed on
+    the driver's own tables."""
     gpus = [(g["index"], [g["pci_device_id"]]) for g in snapshot["gpus"]]
-    out = {}
+    out: dict[int, GpuLayout] = {}
     for index, want in migparted.requested(doc, config, gpus).items():
-        placements: tuple = ()
+        placements: tuple[Placement, ...] = ()
         if want.enabled and want.profiles:
             table = (snapshot.get("tables") or {}).get(str(index))
             planned = placement.plan(ProfileTable.from_dict(table), want.profiles) if table else None

@@ -21,7 +21,7 @@ Node-side code: Python 3.9+, standard library only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .holders import INSTANCE_HOLDERS, MODE_HOLDERS
 from .model import GpuLayout, Placement, fmt_placements
@@ -31,6 +31,9 @@ CDI_OUTPUT = "/etc/cdi/nvidia.yaml"
 #: Action kinds in the order they run on a node.
 KINDS = ("refuse", "drain", "stop-services", "destroy-ci", "destroy-gi", "mig-mode", "reset", "create-gi",
          "create-ci", "cdi-refresh", "start-services", "restart-device-plugin")
+#: The kinds that change (or finish changing) a GPU's MIG mode: one step per GPU, and the reason the holders of
+#: the whole GPU (:data:`gpu_provision.node.mig.holders.MODE_HOLDERS`) are stopped rather than only the instance ones.
+MODE_KINDS = ("mig-mode", "reset")
 
 
 @dataclass(frozen=True)
@@ -79,15 +82,6 @@ class Action:
         return self.kind
 
 
-@dataclass
-class GpuPlan:
-    """The per-GPU part of a plan, before the node-wide steps are added."""
-
-    index: int
-    steps: list[Action] = field(default_factory=list)
-    mode_change: bool = False
-
-
 def _full_ci(gi: dict) -> dict | None:
     """The compute instance spanning the whole GPU instance (same profile name), if it exists."""
     for ci in gi.get("cis", []):
@@ -96,7 +90,7 @@ def _full_ci(gi: dict) -> dict | None:
     return None
 
 
-def _teardown(gi: dict, index: int) -> list:
+def _teardown(gi: dict, index: int) -> list[Action]:
     steps = [Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"])
              for ci in sorted(gi.get("cis", []), key=lambda c: c["id"])]
     steps.append(Action("destroy-gi", gpu=index, gi=gi["id"], profile=gi["profile"], start=gi["start"],
@@ -104,29 +98,25 @@ def _teardown(gi: dict, index: int) -> list:
     return steps
 
 
-def gpu_steps(index: int, want: GpuLayout, gpu: dict | None) -> GpuPlan:
-    """What GPU ``index`` needs to get from its probed state ``gpu`` to ``want``."""
-    plan = GpuPlan(index)
+def gpu_steps(index: int, want: GpuLayout, gpu: dict | None) -> list[Action]:
+    """What GPU ``index`` needs to get from its probed state ``gpu`` to ``want``, before the node-wide steps are
+    added (empty when it has its layout)."""
     if gpu is None:
-        plan.steps.append(Action("refuse", gpu=index, reason=f"GPU {index} is not on this node"))
-        return plan
+        return [Action("refuse", gpu=index, reason=f"GPU {index} is not on this node")]
     current, pending = gpu.get("mig_current"), gpu.get("mig_pending")
     if current is None:
-        plan.steps.append(Action("refuse", gpu=index, reason=f"{gpu.get('name', 'this GPU')} does not support MIG"))
-        return plan
-    enabled = want.enabled
+        return [Action("refuse", gpu=index, reason=f"{gpu.get('name', 'this GPU')} does not support MIG")]
+    steps: list[Action] = []
     gis = sorted(gpu.get("gis", []) if current else [], key=lambda g: (g["start"], g["id"]))
-    if not enabled:
+    if not want.enabled:
         for gi in gis:
-            plan.steps.extend(_teardown(gi, index))
+            steps.extend(_teardown(gi, index))
         if current:
-            plan.mode_change = True
-            plan.steps.append(Action("mig-mode", gpu=index, enable=False,
-                                     reason="a GPU reset follows if the change stays pending"))
+            steps.append(Action("mig-mode", gpu=index, enable=False,
+                                reason="a GPU reset follows if the change stays pending"))
         elif pending:
-            plan.mode_change = True
-            plan.steps.append(Action("mig-mode", gpu=index, enable=False, reason="cancels a pending enable"))
-        return plan
+            steps.append(Action("mig-mode", gpu=index, enable=False, reason="cancels a pending enable"))
+        return steps
     remaining = list(want.placements)
     keep = []
     for gi in gis:
@@ -135,38 +125,37 @@ def gpu_steps(index: int, want: GpuLayout, gpu: dict | None) -> GpuPlan:
             remaining.remove(key)
             keep.append(gi)
         else:
-            plan.steps.extend(_teardown(gi, index))
+            steps.extend(_teardown(gi, index))
     if not current:
-        plan.mode_change = True
         if pending:
-            plan.steps.append(Action("reset", gpu=index, reason="MIG enable is pending"))
+            steps.append(Action("reset", gpu=index, reason="MIG enable is pending"))
         else:
-            plan.steps.append(Action("mig-mode", gpu=index, enable=True,
-                                     reason="a GPU reset follows if the change stays pending"))
+            steps.append(Action("mig-mode", gpu=index, enable=True,
+                                reason="a GPU reset follows if the change stays pending"))
     elif pending is False:
-        plan.mode_change = True
-        plan.steps.append(Action("mig-mode", gpu=index, enable=True, reason="cancels a pending disable"))
+        steps.append(Action("mig-mode", gpu=index, enable=True, reason="cancels a pending disable"))
     for gi in keep:
         full = _full_ci(gi)
         for ci in sorted(gi.get("cis", []), key=lambda c: c["id"]):
             if ci is not full:
-                plan.steps.append(Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"]))
+                steps.append(Action("destroy-ci", gpu=index, gi=gi["id"], ci=ci["id"], profile=ci["profile"]))
         if full is None:
-            plan.steps.append(Action("create-ci", gpu=index, gi=gi["id"], profile=gi["profile"]))
+            steps.append(Action("create-ci", gpu=index, gi=gi["id"], profile=gi["profile"]))
     for p in sorted(remaining, key=lambda p: (-p.size, p.start)):
-        plan.steps.append(Action("create-gi", gpu=index, profile=p.profile, start=p.start, size=p.size))
-    return plan
+        steps.append(Action("create-gi", gpu=index, profile=p.profile, start=p.start, size=p.size))
+    return steps
 
 
-def _order(steps: list) -> list:
+def _order(steps: list[Action]) -> list[Action]:
     rank = {k: i for i, k in enumerate(KINDS)}
     # Mode changes and the resets that finish pending ones are one step per GPU, in GPU order.
-    rank["reset"] = rank["mig-mode"]
+    for kind in MODE_KINDS:
+        rank[kind] = rank[MODE_KINDS[0]]
     return sorted(steps, key=lambda a: (rank[a.kind], -1 if a.gpu is None else a.gpu))
 
 
 def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), allow_drain: bool = False,
-              device_plugin: bool = True, cdi_output: str | None = CDI_OUTPUT) -> list:
+              device_plugin: bool = True, cdi_output: str | None = CDI_OUTPUT) -> list[Action]:
     """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
 
     GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
@@ -178,14 +167,14 @@ def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), al
     gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
     if snapshot.get("smi_rc") not in (0, None) or (snapshot.get("error") and not gpus):
         return [Action("refuse", reason="nvidia-smi failed: " + str(snapshot.get("error") or "")[:200])]
-    steps: list = []
+    steps: list[Action] = []
     mode_change = False
     for index in sorted(desired):
-        plan = gpu_steps(index, desired[index], gpus.get(index))
-        if not plan.steps:
+        needed = gpu_steps(index, desired[index], gpus.get(index))
+        if not needed:
             continue
-        if any(a.kind == "refuse" for a in plan.steps):
-            steps.extend(a for a in plan.steps if a.kind == "refuse")
+        if any(a.kind == "refuse" for a in needed):
+            steps.extend(a for a in needed if a.kind == "refuse")
             continue
         uuid = gpus[index]["uuid"]
         holders = tuple((p["pid"], p["name"]) for p in snapshot.get("processes", [])
@@ -197,8 +186,8 @@ def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), al
             continue
         if holders:
             steps.append(Action("drain", gpu=index, pids=holders))
-        steps.extend(plan.steps)
-        mode_change = mode_change or plan.mode_change
+        steps.extend(needed)
+        mode_change = mode_change or any(a.kind in MODE_KINDS for a in needed)
     if not steps or any(a.kind == "refuse" for a in steps):
         return _order([a for a in steps if a.kind == "refuse"])
     active = set(active_units)
@@ -213,7 +202,7 @@ def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), al
     return _order(steps)
 
 
-def commands(action: Action) -> list:
+def commands(action: Action) -> list[list[str]]:
     """The argv lists that carry out ``action`` (``drain``, ``refuse`` and device plugin restarts are done by the
     applier itself and have none)."""
     g = str(action.gpu)
@@ -288,6 +277,6 @@ def drift(desired: dict[int, GpuLayout], snapshot: dict) -> list[Drift]:
     out = []
     for index, want in sorted(desired.items()):
         gpu = gpus.get(index)
-        if gpu_steps(index, want, gpu).steps:
+        if gpu_steps(index, want, gpu):
             out.append(Drift(index, want, found_layout(gpu), describe_gpu(gpu)))
     return out

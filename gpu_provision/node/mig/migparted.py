@@ -24,18 +24,13 @@ standard library only.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from .model import MigLayout
 
 ENTRY_KEYS = {"devices", "device-filter", "mig-enabled", "mig-devices"}
 
 Problem = Tuple[Tuple[Union[str, int], ...], str]
-
-
-class Requested(NamedTuple):
-    """What a config asks of one GPU: MIG mode and instance counts (profile name -> count)."""
-
-    enabled: bool
-    profiles: Dict[str, int]
 
 
 def check(doc: Any) -> List[Problem]:
@@ -100,8 +95,9 @@ def read(path: str) -> Dict[str, Any]:
 
 
 def requested(doc: Dict[str, Any], config: Optional[str],
-              gpus: Iterable[Tuple[int, Iterable[str]]]) -> Dict[int, Requested]:
-    """Per GPU index, what config ``config`` of a checked document asks of ``gpus``.
+              gpus: Iterable[Tuple[int, Iterable[str]]]) -> Dict[int, MigLayout]:
+    """Per GPU index, what config ``config`` of a checked document asks of ``gpus`` (MIG mode and counts; not yet
+    planned).
 
     ``gpus`` are ``(index, PCI device ids)`` pairs: the probed GPUs on a node (one id each), or every index of a
     model's GPUs on the controller (all the model's ids). ``config`` may be None when the document has exactly
@@ -115,7 +111,7 @@ def requested(doc: Dict[str, Any], config: Optional[str],
     if config not in configs:
         raise ValueError(f"no config named {config!r} in the layout file (configs: {', '.join(configs)})")
     selected = [(index, {i.lower() for i in ids}) for index, ids in gpus]
-    out: Dict[int, Requested] = {}
+    out: Dict[int, MigLayout] = {}
     for entry in configs[config]:
         filt = entry.get("device-filter")
         wanted = None if filt is None else {f.lower() for f in ([filt] if isinstance(filt, str) else filt)}
@@ -124,7 +120,7 @@ def requested(doc: Dict[str, Any], config: Optional[str],
                 continue
             if entry["devices"] != "all" and index not in entry["devices"]:
                 continue
-            out[index] = Requested(bool(entry["mig-enabled"]), dict(entry.get("mig-devices") or {}))
+            out[index] = MigLayout(dict(entry.get("mig-devices") or {}), bool(entry["mig-enabled"]))
     return out
 
 
@@ -133,7 +129,7 @@ def document(configs: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     return {"version": "v1", "mig-configs": configs}
 
 
-def entries(layouts: Dict[int, Requested], device_ids: Iterable[str], gpu_count: int) -> List[Dict[str, Any]]:
+def entries(layouts: Mapping[int, MigLayout], device_ids: Iterable[str], gpu_count: int) -> List[Dict[str, Any]]:
     """The entries of one config giving GPU index -> ``layouts`` (GPUs with equal layouts share an entry).
 
     ``device_ids`` become each entry's ``device-filter`` (none when empty); ``devices`` is ``all`` when an entry

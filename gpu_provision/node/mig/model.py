@@ -1,15 +1,18 @@
-"""The MIG model: a GPU's layout with its placements, and the profile table it is planned on.
+"""The MIG model: what a GPU is asked for, the layout planned from it with its placements, and the profile table
+it is planned on.
 
-These are the only types for a MIG layout in gpu-provision. The cluster file's checks (:mod:`gpu_provision.spec`)
-plan placements on the catalog's :class:`ProfileTable`; the plan, drift, ``mig-assert`` and the verification
-expectations read :class:`GpuLayout` values; the node applier plans the same layouts on the table the
-driver prints and compares them with the instances it finds. Node-side code: Python 3.9+, standard library only.
+With :class:`gpu_provision.node.mig.layout.Action` these are the only types a MIG layout takes in gpu-provision:
+a :class:`MigLayout` is what the cluster file (or a mig-parted layout file) asks of one GPU, profile counts; a
+:class:`GpuLayout` of :class:`Placement` values is what is planned from it on a :class:`ProfileTable`, by the
+controller on the catalog's table and by the node applier on the table the driver prints; the plan, drift,
+``mig-assert`` and the verification expectations read :class:`GpuLayout` values. Node-side code: Python 3.9+,
+standard library only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,25 @@ class GpuLayout:
         if not self.enabled:
             return "MIG disabled"
         return fmt_placements(self.placements) if self.placements else "MIG enabled, no instances"
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """The MIG layout asked of one GPU: MIG mode and instance counts as written, and the layout planned from them.
+
+    The cluster file's loader and the mig-parted reader (:func:`gpu_provision.node.mig.migparted.requested`, on
+    the controller and on the node) create it from the counts; on the controller ``planned`` is what every other
+    reader (the deploy's plan, drift, ``mig-assert``, verification) compares a GPU with, planned once by
+    :func:`gpu_provision.spec.resolve.derive`.
+    """
+
+    #: Profile name -> instance count, e.g. ``{"1g.18gb": 2, "3g.71gb": 1}``; empty with MIG enabled and no instances.
+    profiles: Dict[str, int]
+    enabled: bool = True
+    #: MIG mode and placements planned on the model's placement table; None until the cluster file is resolved.
+    planned: Optional[GpuLayout] = None
+    #: Name of the mig-parted config this layout came from, if any.
+    config_name: Optional[str] = None
 
 
 @dataclass(frozen=True)
