@@ -141,8 +141,17 @@ def apt_files(name: str, repo: Repository, values: Mapping[str, str], pins: Sequ
     return out
 
 
+def dnf_options(name: str) -> dict[str, str]:
+    """The signature options (``gpgcheck``, ``repo_gpgcheck``) of repository ``name``'s ``.repo`` file, as the
+    vendor's own file sets them (``dnf_repository_options`` in ``gpu_provision/data/packages.json``): NVIDIA's
+    container toolkit file checks the signed repository metadata and turns package signature checks off, while the
+    CUDA, Docker and Kubernetes files check each package."""
+    return dict(catalog()["dnf_repository_options"][name]["options"])
+
+
 def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str | None) -> FileWant:
-    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``).
+    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``), with the
+    signature options of :func:`dnf_options`.
 
     A repository described apt-style with components (Docker's) is laid out for dnf as
     ``URL/$releasever/$basearch/COMPONENT``, as Docker's own ``docker-ce.repo`` does.
@@ -156,7 +165,7 @@ def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str 
         f"name={name}",
         f"baseurl={baseurl}",
         "enabled=1",
-        "gpgcheck=1",
+        *(f"{key}={value}" for key, value in dnf_options(name).items()),
         f"gpgkey={'file://' + rpm_key_path(name) if repo.key_file else fill(repo.key_url or '', values)}",
     ]
     if proxy:

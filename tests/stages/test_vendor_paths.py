@@ -80,6 +80,24 @@ EXPECTED: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
       "$releasever/$basearch/stable"), ()),
 ]
 
+# Each dnf repository file's signature options, as the vendor's own .repo file sets them (system, repository file
+# stem, the options in the file's order).
+DNF_SIGNATURE_OPTIONS: list[tuple[str, str, tuple[str, ...]]] = [
+    # NVIDIA's cuda-rhel9.repo (developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64/cuda-rhel9.repo):
+    # enabled=1, gpgcheck=1, gpgkey=.../D42D0685.pub; no repo_gpgcheck.
+    ("RHEL 9, x86_64", "cuda", ("gpgcheck=1",)),
+    # NVIDIA/libnvidia-container stable/rpm/nvidia-container-toolkit.repo, which the Container Toolkit install guide
+    # ("With dnf", "Configure the production repository") fetches: repo_gpgcheck=1, gpgcheck=0, enabled=1,
+    # gpgkey=https://nvidia.github.io/libnvidia-container/gpgkey.
+    ("RHEL 9, x86_64", "nvidia-container-toolkit", ("repo_gpgcheck=1", "gpgcheck=0")),
+    ("Rocky Linux 9, arm64 (sbsa)", "nvidia-container-toolkit", ("repo_gpgcheck=1", "gpgcheck=0")),
+    ("AlmaLinux 9, x86_64", "nvidia-container-toolkit", ("repo_gpgcheck=1", "gpgcheck=0")),
+    # Docker's docker-ce.repo (download.docker.com/linux/rhel/docker-ce.repo): gpgcheck=1.
+    ("AlmaLinux 9, x86_64", "docker", ("gpgcheck=1",)),
+    # Installing kubeadm, Red Hat-based: kubernetes.repo with gpgcheck=1.
+    ("Rocky Linux 10, x86_64", "kubernetes", ("gpgcheck=1",)),
+]
+
 
 # The OS's own driver packages (index in paths.DISTRO_PATHS, facts that must appear, facts that must not).
 DEBIAN_KEYRING = "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
@@ -117,6 +135,19 @@ def test_path_holds_the_vendors_facts(system_name: str, choice: int, present: tu
     text = _rendered(system_name, choice)
     assert [fact for fact in present if fact not in text] == []
     assert [fact for fact in absent if fact in text] == []
+
+
+def _repo_file(text: str, stem: str) -> str:
+    start = text.index(f"`/etc/yum.repos.d/{stem}.repo`:")
+    return text[start:text.index("```", text.index("```", start) + 3)]
+
+
+@pytest.mark.parametrize(("system_name", "stem", "options"), DNF_SIGNATURE_OPTIONS,
+                         ids=[f"{row[0]}-{row[1]}" for row in DNF_SIGNATURE_OPTIONS])
+def test_dnf_repository_files_carry_the_vendors_signature_options(system_name: str, stem: str,
+                                                                  options: tuple[str, ...]) -> None:
+    lines = _repo_file(_rendered(system_name, 0), stem).splitlines()
+    assert [line for line in lines if "gpgcheck" in line] == list(options)
 
 
 @pytest.mark.parametrize(("index", "present", "absent"), DISTRO_EXPECTED, ids=[str(r[0]) for r in DISTRO_EXPECTED])
