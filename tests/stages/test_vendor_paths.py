@@ -191,7 +191,50 @@ def test_a_second_run_on_a_converged_rhel_node_prepares_nothing() -> None:
                                           "content": "[nvidia-driver]\nname=nvidia-driver\nstream=580-open\n"}}
     assert driver.preparation_commands(NODE, NodeStateData(raw9)) == []
     assert driver.preparation_commands(replace(NODE, driver=replace(NODE.driver, kernel_modules="proprietary")),
-                                       NodeStateData(raw9)) == ["dnf module enable -y nvidia-driver:580-dkms"]
+                                       NodeStateData(raw9)) == ["dnf module reset -y nvidia-driver",
+                                                                "dnf module enable -y nvidia-driver:580-dkms"]
+
+
+def _rhel9_with_module_file(content: str | None):
+    from gpu_provision.stages import driver
+    from gpu_provision.state import NodeStateData
+
+    state = paths.state_for("dnf", next(s for n, _, s in paths.SYSTEMS if n == "RHEL 9, x86_64"))
+    raw = dict(state.raw)
+    raw["packages"] = {"manager": "dnf", "packages": {"epel-release": {"version": "9-8.el9", "held": False}}}
+    if content is not None:
+        raw["files"] = {driver.MODULE_FILE: {"exists": True, "type": "file", "content": content}}
+    return NodeStateData(raw)
+
+
+# dnf's module file as dnf 4 writes it (RHEL 9 'Managing software with the DNF tool', chapter 11): the enabled
+# stream on 'stream=', 'state=enabled'; after 'dnf module reset' both are empty; 'dnf module disable' leaves
+# 'state=disabled'. dnf refuses to enable a second stream of a module while one is enabled, so a change of branch
+# or of kernel modules resets the module first (then enables the stream NVIDIA's Kernel Modules tables name).
+MODULE_STREAM_CHANGES: list[tuple[str | None, str, str, list[str]]] = [
+    (None, "580", "open", ["dnf module enable -y nvidia-driver:580-open"]),
+    ("[nvidia-driver]\nname=nvidia-driver\nstream=580-open\nprofiles=\nstate=enabled\n", "580", "open", []),
+    ("[nvidia-driver]\nname=nvidia-driver\nstream=570-open\nprofiles=\nstate=enabled\n", "580", "open",
+     ["dnf module reset -y nvidia-driver", "dnf module enable -y nvidia-driver:580-open"]),
+    ("[nvidia-driver]\nname=nvidia-driver\nstream=580-open\nprofiles=\nstate=enabled\n", "580", "proprietary",
+     ["dnf module reset -y nvidia-driver", "dnf module enable -y nvidia-driver:580-dkms"]),
+    ("[nvidia-driver]\nname=nvidia-driver\nstream=\nprofiles=\nstate=disabled\n", "580", "open",
+     ["dnf module reset -y nvidia-driver", "dnf module enable -y nvidia-driver:580-open"]),
+    ("[nvidia-driver]\nname=nvidia-driver\nstream=\nprofiles=\nstate=\n", "580", "open",
+     ["dnf module enable -y nvidia-driver:580-open"]),
+]
+
+
+@pytest.mark.parametrize(("content", "branch", "kernel_modules", "expected"), MODULE_STREAM_CHANGES)
+def test_a_module_stream_change_resets_the_module_then_enables_the_stream(content: str | None, branch: str,
+                                                                         kernel_modules: str,
+                                                                         expected: list[str]) -> None:
+    from dataclasses import replace
+
+    from gpu_provision.stages import driver
+
+    node = replace(NODE, driver=replace(NODE.driver, branch=branch, version=None, kernel_modules=kernel_modules))
+    assert driver.preparation_commands(node, _rhel9_with_module_file(content)) == expected
 
 
 def test_enforcing_selinux_on_a_dnf_node_is_a_kubernetes_difference_until_permissive() -> None:
