@@ -164,6 +164,19 @@ def test_rhel_prerequisites_come_before_the_module_stream_and_the_stream_before_
     assert order == sorted(order)
 
 
+@pytest.mark.parametrize("system_name", ["Debian 12, x86_64", "Debian 13, arm64"])
+def test_the_driver_pins_leave_dkms_to_the_repository_that_has_a_new_enough_one(system_name: str) -> None:
+    # NVIDIA's DKMS packages from 570.148.08 on require dkms >= 3.1.8 (dnf's and apt's own refusals quoted in public
+    # reports, see 'dkms-requirement-reports' in packages.json; bookworm's dkms is 3.0.10), which the CUDA repository
+    # ships: a pin of the driver's branch that caught dkms would hold it at a version no repository has.
+    import fnmatch
+
+    text = _rendered(system_name, 0)
+    pref = text[text.index("`/etc/apt/preferences.d/cuda.pref`:"):]
+    globs = [g for line in pref.splitlines() if line.startswith("Package: ") for g in line.split()[1:]]
+    assert globs and [g for g in globs if fnmatch.fnmatch("dkms", g)] == []
+
+
 def test_every_path_renders_and_the_page_is_current() -> None:
     assert len(paths.paths()) == sum(3 if s["os_id"] == "ubuntu" else 2 for _, _, s in paths.SYSTEMS)
     assert (ROOT / "docs" / "install-paths.md").read_text() == paths.render(CLUSTER)
