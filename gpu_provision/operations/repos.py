@@ -74,10 +74,17 @@ def placeholders(system: Mapping[str, Any], k8s_minor: str = "") -> dict[str, st
         "arch": machine if rpm else deb_arch,
         "cuda_arch": "sbsa" if machine == "aarch64" else machine,
         "pkgformat": "rpm" if rpm else "deb",
-        "cuda_key": catalog()["cuda_repository"]["key"]["rpm" if rpm else "deb"],
+        "cuda_key": cuda_key(distro, "rpm" if rpm else "deb"),
         "k8s_minor": k8s_minor,
         "k8s_key": catalog()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
     }
+
+
+def cuda_key(distro: str, pkgformat: str) -> str:
+    """The CUDA repository's signing key file for release ``distro`` (``rhel9``, ``debian13``): the release's own
+    where NVIDIA signs it with one (RHEL 10, Debian 13), else the one of its package format."""
+    facts = catalog()["cuda_repository"]
+    return str(facts["release_keys"].get(distro) or facts["key"][pkgformat])
 
 
 def fill(text: str, values: Mapping[str, str]) -> str:

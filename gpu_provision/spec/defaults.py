@@ -2,7 +2,7 @@
 
 URLs may hold placeholders filled per node from its facts: ``{distro}`` (``ubuntu2404``, ``debian12``, ``rhel9``),
 ``{os}`` (``ubuntu``, ``debian``, ``rhel``), ``{codename}`` (``noble``, ``bookworm``), ``{arch}`` (``x86_64`` or
-``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``), ``{cuda_key}`` (the CUDA repository's signing key for that package format, from
+``amd64``/``arm64`` as the repository spells it), ``{pkgformat}`` (``deb`` or ``rpm``), ``{cuda_key}`` (the CUDA repository's signing key for that release or package format, from
 ``gpu_provision/data/packages.json``), ``{k8s_minor}`` (``1.36``) and ``{k8s_key}`` (pkgs.k8s.io's key path for that
 package format, from the same file).
 """

@@ -34,13 +34,19 @@ EXPECTED: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
       "dnf module enable -y nvidia-driver:580-dkms", "cuda-drivers-580.95.05"), ("3bf863cc", "subscription-manager")),
     # sbsa is the arm64 server directory of NVIDIA's repositories.
     ("Rocky Linux 9, arm64 (sbsa)", 0, (f"{CUDA}rhel9/sbsa/D42D0685.pub",), ("aarch64/D42D0685",)),
-    # Kernel Modules, RHEL 10: no module streams; "dnf versionlock \*nvidia\*580\*".
-    ("Rocky Linux 10, x86_64", 0, (f"{CUDA}rhel10/x86_64/D42D0685.pub", "dnf versionlock add '*nvidia*580*'",
-                                   "epel-release"), ("dnf module enable",)),
+    # Kernel Modules, RHEL 10: no module streams; "dnf versionlock \*nvidia\*580\*". NVIDIA/gpu-driver-container
+    # rhel10/Dockerfile: the rhel10 repositories (x86_64, sbsa) are signed with CDF6BA43, not rhel8/9's D42D0685.
+    ("Rocky Linux 10, x86_64", 0, (f"gpgkey={CUDA}rhel10/x86_64/CDF6BA43.pub", "dnf versionlock add '*nvidia*580*'",
+                                   "epel-release"), ("dnf module enable", "D42D0685")),
     # Debian: NVIDIA's cuda-keyring holds 3bf863cc; nvidia-open from the CUDA repository, apt preferences pin.
     ("Debian 12, x86_64", 0, (f"URIs: {CUDA}debian12/x86_64/", "Pin: version 580.*", "nvidia-open=580.*"),
      ("D42D0685",)),
-    ("Debian 13, arm64", 0, (f"URIs: {CUDA}debian13/sbsa/",), ()),
+    # Debian 13's CUDA repository is signed with 8793F200 (fingerprint ...8597A5D4CB8793F200; public scripts fetch
+    # .../debian13/x86_64/8793F200.pub where their Debian 12 lines keep 3bf863cc); under sbsa/ the same key is
+    # UNCONFIRMED (packages.json 'cuda-repo-release-keys').
+    ("Debian 13, arm64", 0, (f"URIs: {CUDA}debian13/sbsa/", f"key from {CUDA}debian13/sbsa/8793F200.pub"),
+     ("3bf863cc",)),
+    ("Debian 12, x86_64", 1, (f"key from {CUDA}debian12/x86_64/3bf863cc.pub",), ("8793F200",)),
     # Docker, Install a specific version: "5:<version>-1~ubuntu.24.04~noble".
     ("Ubuntu 24.04 GA kernel, generic, x86_64", 2,
      ("'docker-ce=5:27.3.1-1~ubuntu.24.04~noble'", "'docker-ce-cli=5:27.3.1-1~ubuntu.24.04~noble'"),
