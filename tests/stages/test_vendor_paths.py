@@ -86,6 +86,57 @@ EXPECTED: list[tuple[str, int, tuple[str, ...], tuple[str, ...]]] = [
       "$releasever/$basearch/stable"), ()),
 ]
 
+# Every other path the cluster file can select (each system with each choice of paths.CHOICES it is rendered with):
+# Ubuntu Server docs, NVIDIA drivers installation: without Secure Boot the server branch's DKMS packages,
+# 'nvidia-driver-<branch>-server-open' (open) or 'nvidia-driver-<branch>-server' (proprietary), from Ubuntu's
+# archive whatever the kernel flavour (no NVIDIA repository, no linux-modules-nvidia package); an exact driver
+# version matches Ubuntu's '<version>-0ubuntu...' revisions. NVIDIA's toolkit list names the dpkg architecture
+# ('deb/$(ARCH)': amd64, arm64). Docker's install pages: containerd.io from download.docker.com.
+_UBUNTU_DKMS_OPEN = (("nvidia-driver-580-server-open",), ("cuda.sources", "linux-modules-nvidia"))
+_UBUNTU_DKMS_PROPRIETARY = (("'nvidia-driver-580-server=580.95.05-*'", "containerd.io"),
+                            ("-server-open", "linux-modules-nvidia", "cuda.sources"))
+EXPECTED += [
+    (system, 0, *_UBUNTU_DKMS_OPEN) for system in (
+        "Ubuntu 22.04 GA kernel, generic, x86_64", "Ubuntu 22.04 HWE kernel, generic, x86_64",
+        "Ubuntu 24.04 lowlatency, x86_64", "Ubuntu 24.04 -nvidia kernel, x86_64")
+] + [
+    (system, 1, *_UBUNTU_DKMS_PROPRIETARY) for system in (
+        "Ubuntu 22.04 GA kernel, generic, x86_64", "Ubuntu 22.04 HWE kernel, generic, x86_64",
+        "Ubuntu 24.04 GA kernel, generic, x86_64", "Ubuntu 24.04 lowlatency, x86_64",
+        "Ubuntu 24.04 -nvidia kernel, x86_64", "Ubuntu 24.04 generic-64k, arm64", "Ubuntu 24.04 nvidia-64k, arm64")
+] + [
+    ("Ubuntu 24.04 generic-64k, arm64", 0,
+     ("nvidia-driver-580-server-open", "https://nvidia.github.io/libnvidia-container/stable/deb/arm64/"),
+     ("cuda.sources", "linux-modules-nvidia", "deb/aarch64")),
+    ("Ubuntu 24.04 nvidia-64k, arm64", 0, *_UBUNTU_DKMS_OPEN),
+    # NVIDIA Driver Installation Guide, Debian, Kernel Modules (proprietary): 'apt install cuda-drivers', the
+    # DKMS module package nvidia-kernel-dkms; version-locking.html: apt preferences pin the exact version.
+    ("Debian 12, x86_64", 1, ("'cuda-drivers=580.95.05-*'", "'nvidia-kernel-dkms=580.95.05-*'",
+                              "Pin: version 580.95.05*"), ("nvidia-open", "nvidia-kernel-open-dkms")),
+    ("Debian 13, arm64", 1, ("'cuda-drivers=580.95.05-*'", "'nvidia-kernel-dkms=580.95.05-*'",
+                             "Pin: version 580.95.05*", f"URIs: {CUDA}debian13/sbsa/"), ("nvidia-open",)),
+    # Kernel Modules, RHEL 8/9 proprietary: 'dnf module enable nvidia-driver:<branch>-dkms', 'dnf install
+    # cuda-drivers' (kmod-nvidia-latest-dkms builds the module); RHEL itself takes CRB from subscription-manager.
+    ("RHEL 9, x86_64", 1, ("codeready-builder-for-rhel-9-$(uname -m)-rpms",
+                           "dnf module enable -y nvidia-driver:580-dkms", "cuda-drivers-580.95.05",
+                           "kmod-nvidia-latest-dkms-580.95.05"), ("nvidia-open", "-open-dkms")),
+    ("Rocky Linux 9, arm64 (sbsa)", 1, (f"baseurl={CUDA}rhel9/sbsa/", "dnf config-manager --set-enabled crb",
+                                        "dnf module enable -y nvidia-driver:580-dkms", "cuda-drivers-580.95.05"),
+     ("subscription-manager",)),
+    # Rocky's and Alma's CRB through dnf config-manager, EPEL from their own epel-release (Rocky's documentation,
+    # 'Installing NVIDIA GPU Drivers'); the open stream as for RHEL.
+    ("AlmaLinux 9, x86_64", 0, ("dnf config-manager --set-enabled crb", "dnf install -y epel-release",
+                                "dnf module enable -y nvidia-driver:580-open", "kmod-nvidia-open-dkms"),
+     ("subscription-manager", "nvidia-driver:580-dkms")),
+    # Kernel Modules, RHEL 10 proprietary: no module streams, 'dnf install cuda-drivers'; an exact version is
+    # locked package by package (the branch glob is for a branch).
+    ("Rocky Linux 10, x86_64", 1, (f"gpgkey={CUDA}rhel10/x86_64/CDF6BA43.pub", "cuda-drivers-580.95.05",
+                                   "kmod-nvidia-latest-dkms-580.95.05",
+                                   "dnf versionlock add cuda-drivers nvidia-driver kmod-nvidia-latest-dkms"),
+     ("dnf module", "'*nvidia*580*'")),
+]
+
+
 # Each dnf repository file's signature options, as the vendor's own .repo file sets them (system, repository file
 # stem, the options in the file's order).
 DNF_SIGNATURE_OPTIONS: list[tuple[str, str, tuple[str, ...]]] = [
@@ -181,6 +232,13 @@ def test_the_driver_pins_leave_dkms_to_the_repository_that_has_a_new_enough_one(
     pref = text[text.index("`/etc/apt/preferences.d/cuda.pref`:"):]
     globs = [g for line in pref.splitlines() if line.startswith("Package: ") for g in line.split()[1:]]
     assert globs and [g for g in globs if fnmatch.fnmatch("dkms", g)] == []
+
+
+def test_every_path_has_a_row_of_vendor_facts() -> None:
+    rows = {(name, choice) for name, choice, _, _ in EXPECTED}
+    rendered = {(name, paths.CHOICES.index(choice)) for name, _, _, choice in paths.paths()}
+    assert sorted(rendered - rows) == []
+    assert len(DISTRO_EXPECTED) == len(paths.distro_paths())
 
 
 def test_every_path_renders_and_the_page_is_current() -> None:
