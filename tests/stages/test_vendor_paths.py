@@ -180,6 +180,18 @@ DISTRO_EXPECTED: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+# A driver the node's image carries (index in paths.PREINSTALLED_PATHS, facts that must appear, that must not): the
+# driver stage installs nothing, prepares nothing (no EPEL, no module stream, no CUDA repository) and checks the
+# driver with nvidia-smi; the container toolkit still comes from NVIDIA's repository as its install guide says.
+PREINSTALLED_EXPECTED: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = [
+    (0, ("#### driver\n\n```sh\n# nothing to run", "nvidia-container-toolkit=1.17.8-1", "docker-ce"),
+     ("nvidia-driver-580", "cuda.sources", "linux-modules-nvidia")),
+    (1, ("#### driver\n\n```sh\n# nothing to run", "repo_gpgcheck=1", "nvidia-container-toolkit-1.17.8-1",
+         "containerd.io"),
+     ("epel-release", "dnf module", "cuda.repo", "codeready-builder", "kmod-nvidia")),
+]
+
+
 def _rendered(system_name: str, choice: int) -> str:
     manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == system_name)
     return paths.render_path(NODE, CLUSTER, manager, system, paths.CHOICES[choice])
@@ -234,11 +246,30 @@ def test_the_driver_pins_leave_dkms_to_the_repository_that_has_a_new_enough_one(
     assert globs and [g for g in globs if fnmatch.fnmatch("dkms", g)] == []
 
 
+@pytest.mark.parametrize(("index", "present", "absent"), PREINSTALLED_EXPECTED,
+                         ids=[str(r[0]) for r in PREINSTALLED_EXPECTED])
+def test_preinstalled_driver_path_installs_and_prepares_nothing_of_the_driver(index: int, present: tuple[str, ...],
+                                                                            absent: tuple[str, ...]) -> None:
+    name, manager, system, choice = paths.preinstalled_paths()[index]
+    text = paths.render_path(NODE, CLUSTER, manager, system, choice)
+    assert [fact for fact in present if fact not in text] == []
+    assert [fact for fact in absent if fact in text] == []
+
+
+def test_the_rendered_driver_step_of_a_preinstalled_driver_is_empty_as_the_stage_returns_early() -> None:
+    from dataclasses import replace
+
+    manager, system = next((m, s) for n, m, s in paths.SYSTEMS if n == "RHEL 9, x86_64")
+    node = replace(NODE, driver=replace(NODE.driver, install_method="preinstalled"))
+    assert paths.steps(node, CLUSTER, paths.state_for(manager, system))[0] == ("driver", [], [])
+
+
 def test_every_path_has_a_row_of_vendor_facts() -> None:
     rows = {(name, choice) for name, choice, _, _ in EXPECTED}
     rendered = {(name, paths.CHOICES.index(choice)) for name, _, _, choice in paths.paths()}
     assert sorted(rendered - rows) == []
     assert len(DISTRO_EXPECTED) == len(paths.distro_paths())
+    assert len(PREINSTALLED_EXPECTED) == len(paths.preinstalled_paths())
 
 
 def test_every_path_renders_and_the_page_is_current() -> None:
