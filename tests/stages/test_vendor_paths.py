@@ -358,3 +358,22 @@ def test_enforcing_selinux_on_a_dnf_node_is_a_kubernetes_difference_until_permis
     raw["files"] = {paths.SELINUX_CONFIG: {"exists": True, "type": "file", "content": "SELINUX=permissive\n"}}
     assert kubernetes.selinux_commands(NodeStateData(raw)) == []
     assert not [d for d in kubernetes.extra_differences(NODE, CLUSTER, NodeStateData(raw)) if d.kind == "selinux"]
+
+
+# kubernetes.io/releases/<minor>/ (End Of Life Date), read for December 2026: a minor past its end of life is not
+# installed, the default is a supported one, and pkgs.k8s.io serves one repository per minor.
+KUBERNETES_AS_OF = "2026-12-03"
+KUBERNETES_END_OF_LIFE = {"1.31": "2025-10-28", "1.32": "2026-02-28", "1.33": "2026-06-28", "1.34": "2026-10-27",
+                          "1.35": "2027-02-28", "1.36": "2027-06-28", "1.37": "2027-10-28"}
+
+
+def test_kubernetes_minors_are_those_upstream_supports_and_the_default_is_one_of_them() -> None:
+    from gpu_provision.operations.packages import catalog
+    from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION
+
+    supported = [m for m, end in KUBERNETES_END_OF_LIFE.items() if end > KUBERNETES_AS_OF]
+    assert list(KUBERNETES_MINORS) == supported
+    assert KUBERNETES_VERSION.rsplit(".", 1)[0] in supported
+    assert catalog()["kubernetes"]["end_of_life"] == {m: KUBERNETES_END_OF_LIFE[m] for m in supported}
+    text = _rendered("Debian 12, x86_64", 0)
+    assert f"https://pkgs.k8s.io/core:/stable:/v{KUBERNETES_VERSION.rsplit('.', 1)[0]}/deb/" in text
