@@ -74,10 +74,17 @@ def placeholders(system: Mapping[str, Any], k8s_minor: str = "") -> dict[str, st
         "arch": machine if rpm else deb_arch,
         "cuda_arch": "sbsa" if machine == "aarch64" else machine,
         "pkgformat": "rpm" if rpm else "deb",
-        "cuda_key": catalog()["cuda_repository"]["key"]["rpm" if rpm else "deb"],
+        "cuda_key": cuda_key(distro, "rpm" if rpm else "deb"),
         "k8s_minor": k8s_minor,
         "k8s_key": catalog()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
     }
+
+
+def cuda_key(distro: str, pkgformat: str) -> str:
+    """The CUDA repository's signing key file for release ``distro`` (``rhel9``, ``debian13``): the release's own
+    where NVIDIA signs it with one (RHEL 10, Debian 13), else the one of its package format."""
+    facts = catalog()["cuda_repository"]
+    return str(facts["release_keys"].get(distro) or facts["key"][pkgformat])
 
 
 def fill(text: str, values: Mapping[str, str]) -> str:
@@ -141,8 +148,17 @@ def apt_files(name: str, repo: Repository, values: Mapping[str, str], pins: Sequ
     return out
 
 
+def dnf_options(name: str) -> dict[str, str]:
+    """The signature options (``gpgcheck``, ``repo_gpgcheck``) of repository ``name``'s ``.repo`` file, as the
+    vendor's own file sets them (``dnf_repository_options`` in ``gpu_provision/data/packages.json``): NVIDIA's
+    container toolkit file checks the signed repository metadata and turns package signature checks off, while the
+    CUDA, Docker and Kubernetes files check each package."""
+    return dict(catalog()["dnf_repository_options"][name]["options"])
+
+
 def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str | None) -> FileWant:
-    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``).
+    """The ``/etc/yum.repos.d/NAME.repo`` file of a dnf repository (dnf imports the key from ``gpgkey``), with the
+    signature options of :func:`dnf_options`.
 
     A repository described apt-style with components (Docker's) is laid out for dnf as
     ``URL/$releasever/$basearch/COMPONENT``, as Docker's own ``docker-ce.repo`` does.
@@ -156,7 +172,7 @@ def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str 
         f"name={name}",
         f"baseurl={baseurl}",
         "enabled=1",
-        "gpgcheck=1",
+        *(f"{key}={value}" for key, value in dnf_options(name).items()),
         f"gpgkey={'file://' + rpm_key_path(name) if repo.key_file else fill(repo.key_url or '', values)}",
     ]
     if proxy:

@@ -17,7 +17,7 @@ from itertools import chain
 from typing import Any
 
 from gpu_provision.spec import catalog
-from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION, UPSTREAM
+from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION, TOOLKIT_VERSION, UPSTREAM
 from gpu_provision.spec.dradata import CONTAINERD_MIN as DRA_CONTAINERD_MIN
 from gpu_provision.spec.dradata import DRIVER_BRANCH_MIN as DRA_DRIVER_BRANCH_MIN
 from gpu_provision.spec.dradata import DRIVER_IMAGE as DRA_DRIVER_IMAGE
@@ -320,7 +320,7 @@ _node_props = {
                           "that config.toml imports (as nvidia-ctk runtime configure --drop-in-config writes it: "
                           "config version 2 on containerd 1.7 with the whole CRI section repeated, version 3 on "
                           "containerd 2.x); before 1.18 nvidia-ctk edits config.toml itself. Docker's daemon.json "
-                          "is merged by nvidia-ctk with every version.", pattern=_VERSION, default="1.17.8"),
+                          "is merged by nvidia-ctk with every version.", pattern=_VERSION, default=TOOLKIT_VERSION),
             "cdi": _b("Keep a CDI spec current with the driver and the MIG layout (regenerated after every layout "
                       "change) and enable CDI in containerd: /etc/cdi/nvidia.yaml before toolkit 1.18; from 1.18 "
                       "/var/run/cdi/nvidia.yaml, which NVIDIA's nvidia-cdi-refresh.path (enabled by the deploy) "

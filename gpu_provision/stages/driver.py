@@ -107,8 +107,10 @@ def header_packages(node: Node, state: NodeStateData) -> list[str]:
     return out
 
 
-#: Where dnf keeps a module's enabled stream (what ``dnf module enable`` writes).
-MODULE_FILE = "/etc/dnf/modules.d/nvidia-driver.module"
+#: The driver's dnf module (``nvidia-driver``) and where dnf keeps its enabled stream (what ``dnf module enable``
+#: and ``dnf module reset`` write).
+MODULE = str(catalog()["driver"]["rhel"]["module_stream"]["module"])
+MODULE_FILE = str(catalog()["driver"]["rhel"]["module_stream"]["file"])
 #: dnf's versionlock list, and the line this stage adds once the branch glob is locked there.
 VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 BRANCH_LOCK_MARK = "# gpu-provision branch lock "
@@ -152,13 +154,35 @@ def prerequisite_commands(state: NodeStateData) -> list[str]:
     return [c.format(major=rhel_major(state)) for c in entry[kind]]
 
 
+def enabled_stream(state: NodeStateData) -> tuple[str | None, bool]:
+    """The driver module's enabled stream from dnf's module file (``stream=580-open``; None when no stream is
+    enabled), and whether the file records any stream or state at all (a module once enabled, then disabled or
+    left at another stream, which ``dnf module enable`` will not switch without a reset first)."""
+    values: dict[str, str] = {}
+    for line in (state.file(MODULE_FILE).content or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    stream = values.get("stream") or None
+    enabled = stream if stream and values.get("state", "enabled") != "disabled" else None
+    return enabled, bool(stream or values.get("state"))
+
+
+def stream_commands(node: Node, state: NodeStateData) -> list[str]:
+    """The module stream NVIDIA documents, enabled: ``dnf module reset`` first where the module has another
+    stream or a state recorded (dnf refuses to switch an enabled stream), then ``dnf module enable``; nothing where
+    the wanted stream is already the enabled one."""
+    stream = module_stream(node, state)
+    current, recorded = enabled_stream(state)
+    if not stream or current == stream:
+        return []
+    reset = [f"dnf module reset -y {MODULE}"] if recorded else []
+    return [*reset, f"dnf module enable -y {MODULE}:{stream}"]
+
+
 def preparation_commands(node: Node, state: NodeStateData) -> list[str]:
     """What must run before the driver packages install: prerequisite repositories, then the module stream."""
-    out = prerequisite_commands(state)
-    stream = module_stream(node, state)
-    if stream and f"stream={stream}\n" not in (state.file(MODULE_FILE).content or ""):
-        out.append(f"dnf module enable -y nvidia-driver:{stream}")
-    return out
+    return [*prerequisite_commands(state), *stream_commands(node, state)]
 
 
 def branch_lock_commands(node: Node, state: NodeStateData) -> list[str]:
