@@ -3,8 +3,8 @@
 One home for every comparison, on the node (the probe's newest installed kernel, the verifier's CUDA minimum) and on
 the controller (rollbacks in the package operation, the cluster file's version checks, the doctor's CUDA rule, the
 toolkit release's configuration files, kubeadm's configuration API, Kubernetes' version skew), so the two sides never
-order one pair of versions differently. Node-side code: Python 3.9+, standard library; the
-controller imports it like the rest of :mod:`gpu_provision.node`.
+order one pair of versions differently. Node-side code: Python 3.9+, standard library; the controller imports it
+like the rest of :mod:`gpu_provision.node`.
 
 The order is dpkg's (``[epoch:]upstream[-revision]``; digits compare as numbers, letters below other characters, and
 ``~`` below everything, even the end of the string, so ``1.0~rc1`` comes before ``1.0``). rpm orders the versions

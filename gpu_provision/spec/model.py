@@ -225,9 +225,8 @@ class Driver:
           None on Ubuntu (``family``) without an exact version, whose package names carry the branch. This is what
           ``gpu-provision plan`` shows (without a family: what every repository install gets);
         - ``pin``: the apt pin's and version lock's version glob (``580.159.04*``, ``580.*``);
-        - ``debian_pin``: the apt pin's version glob for Debian's own driver packages (``535.261.03-*``, ``535.*``):
-          their versions carry a Debian revision after the upstream version (``535.261.03-1~deb12u1``), which the
-          glob requires, so ``535.261.03`` does not match a ``535.261.030``;
+        - ``debian_pin``: the apt pin's version glob for Debian's own driver packages (``535.261.03-*``, ``535.*``,
+          ``install_method: distro``), whose versions carry a Debian revision (``535.261.03-1~deb12u1``);
         - ``reported``: what nvidia-smi and ``/proc/driver/nvidia/version`` must report, the version or its branch
           (``580.159.04``, ``580``), as :func:`gpu_provision.node.verify.checks.driver_matches` compares it.
         """
