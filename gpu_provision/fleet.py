@@ -120,8 +120,6 @@ class CommandLog:
     def __init__(self, connector: Any):
         self.commands = 0
         self.transfers = 0
-        #: The last failed command's last lines (or the exception that ended it).
-        self.last_error: str | None = None
         #: The last failed command as :attr:`gpu_provision.operations.remote.HostCommand.failure` tells it.
         self.last_failure: str | None = None
         #: The operation :meth:`Reached.apply` stopped at, by its name.
@@ -134,15 +132,13 @@ class CommandLog:
             try:
                 ok, output = run(StatusCommand(command) if ours else command, *args, **kwargs)
             except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                self.last_failure = outcome(str(command), False, [], [], error=self.last_error).failure
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                self.last_failure = outcome(str(command), False, [], [], error=error).failure
                 raise
             if not ok:
                 password = kwargs.get("_sudo_password")
-                failed = outcome(str(command), False, text_of(output.stdout_lines), text_of(output.stderr_lines),
-                                 (str(password),) if password else ())
-                self.last_error = " / ".join(failed.tail[-3:]) or "remote command failed with no message"
-                self.last_failure = failed.failure
+                self.last_failure = outcome(str(command), False, text_of(output.stdout_lines),
+                                            text_of(output.stderr_lines), (str(password),) if password else ()).failure
             if ours:
                 output = without_status(output)[1]
             return ok, output
@@ -177,7 +173,7 @@ class Reached:
         with ctx_state.use(self.state), ctx_host.use(self.host):
             returned = deploy(*args, **kwargs)
             for op_hash in self.host.op_hash_order[first:]:
-                self.log.last_error = self.log.last_failure = None  # told by the operation's own commands
+                self.log.last_failure = None  # told by the operation's own commands
                 if not run_host_op(self.state, self.host, op_hash):
                     self.log.failed_operation = ", ".join(self.state.get_op_meta(op_hash).names) or op_hash
                     return returned, False

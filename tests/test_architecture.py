@@ -101,3 +101,58 @@ def test_the_checker_sees_a_violation() -> None:
     assert layer_of("gpu_provision.node.mig.model", table) == 0
     assert layer_of("gpu_provision.spec.catalog", table) == 2
     assert layer_of("gpu_provision.elsewhere", table) is None
+
+
+def test_no_stage_imports_from_the_rollout() -> None:
+    """Stages are the deploy's steps; the rollout runs the deploy. What both need (the kernel guard) sits lower."""
+    stages = PACKAGE / "stages"
+    found = {module_name(p): sorted(t for t in imported(p, module_name(p))
+                                    if t == "gpu_provision.rollout" or t.startswith("gpu_provision.rollout."))
+             for p in sorted(stages.rglob("*.py"))}
+    assert [p for p in stages.rglob("*.py")], "no stage found"
+    assert {module: targets for module, targets in found.items() if targets} == {}
+
+
+def shell_command_calls(source: str, module: str) -> list[str]:
+    """Where ``source`` calls ``run_shell_command`` (``module:function`` per call; a name bound to it counts)."""
+    tree = ast.parse(source)
+    # ``run = connector.run_shell_command`` (or a tuple of such) makes ``run(...)`` a call of it.
+    aliases = {"run_shell_command"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+            pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                else ((target, value),)
+            aliases.update(t.id for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Attribute)
+                           and v.attr == "run_shell_command")
+    calls: list[str] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Attribute) and func.attr == "run_shell_command") or \
+                    (isinstance(func, ast.Name) and func.id in aliases):
+                calls.append(f"{module}:{function}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "<module>")
+    return calls
+
+
+def test_one_host_command_helper() -> None:
+    """Commands outside an operation's yield run through one helper (exit status, output tail, sudo, stdin, timeout),
+    so the one call of a connector's ``run_shell_command`` outside pyinfra is that helper's; the command log that
+    wraps each host's connector (counting commands, keeping the last failure) calls the connector it wraps."""
+    calls = [call for path in sources() for call in shell_command_calls(path.read_text(), module_name(path))]
+    assert sorted(calls) == ["gpu_provision.fleet:run_shell_command", "gpu_provision.operations.remote:run_on_host"]
+
+
+def test_the_call_finder_sees_calls_and_bound_names() -> None:
+    """The finder itself: a direct call, a call through a name bound to the method, and no mere reference."""
+    sample = ("def a(host):\n    return host.run_shell_command('x')\n\n"
+              "def b(host):\n    run, put = host.run_shell_command, host.put_file\n    return run('y')\n\n"
+              "def c(host):\n    return host.run_shell_command\n")
+    assert shell_command_calls(sample, "sample") == ["sample:a", "sample:b"]

@@ -126,7 +126,7 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
                 raise GpuProvisionError(f"collection failed: {collected.failure}")
             if not host.get_file(f"{remote}/bundle.tar.gz", local, **sudo):
                 raise GpuProvisionError(f"collection failed: cannot fetch {remote}/bundle.tar.gz: "
-                                        f"{reached.log.last_error or 'the transfer failed'}")
+                                        f"{reached.log.last_failure or 'the transfer failed'}")
         finally:
             run_on_host(host, f"rm -rf {shlex.quote(remote)}", sudo)
         extras = {"expectations.json": expect.to_json(), "controller/drift.json": drift_of(reached)}

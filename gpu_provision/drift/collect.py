@@ -56,9 +56,9 @@ def check_host(reached: Reached, stages: Sequence[Any], resolve: Resolver) -> No
         try:
             data = node_state(host, request)
         except PyinfraError as exc:  # pyinfra gives up on the last active host; the reason is in the log
-            raise ProbeFailed(log.last_error or str(exc)) from exc
-        if not isinstance(data.raw, dict) or log.last_error:
-            raise ProbeFailed(log.last_error or "python3 not found on the node")
+            raise ProbeFailed(log.last_failure or str(exc)) from exc
+        if not isinstance(data.raw, dict) or log.last_failure:
+            raise ProbeFailed(log.last_failure or "python3 not found on the node")
         return data
 
     try:

@@ -13,6 +13,7 @@ from typing import Any
 from gpu_provision.k8s import dra
 from gpu_provision.k8s.endpoints import host_port, with_default_port
 from gpu_provision.k8s.nodes import taint_objects
+from gpu_provision.node.versions import at_least, version_key
 from gpu_provision.spec.defaults import KUBEADM_API, KUBEADM_API_BEFORE
 from gpu_provision.spec.model import Cluster, Node
 
@@ -23,16 +24,11 @@ IMAGE_REPOSITORY = "registry.k8s.io"
 CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}
 
 
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = (int(p) for p in version.split(".")[:2])
-    return major, minor
-
-
 def api_version(version: str) -> str:
     """The kubeadm config API for Kubernetes ``version`` (``1.31.4`` -> ``kubeadm.k8s.io/v1beta4``): the newest
     API whose first minor (``kubernetes.kubeadm_api`` in ``gpu_provision/data/packages.json``) is not newer."""
-    known = sorted((_minor(first), api) for first, api in KUBEADM_API.items())
-    chosen = [api for first, api in known if _minor(version) >= first]
+    known = sorted(KUBEADM_API.items(), key=lambda item: version_key(item[0], 2))
+    chosen = [api for first, api in known if at_least(version, first, 2)]
     return chosen[-1] if chosen else KUBEADM_API_BEFORE
 
 

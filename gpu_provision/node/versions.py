@@ -1,9 +1,10 @@
 """The one order of version strings: package versions, kernel releases, driver and CUDA versions.
 
 One home for every comparison, on the node (the probe's newest installed kernel, the verifier's CUDA minimum) and on
-the controller (rollbacks in the package operation, the cluster file's version checks, the doctor's CUDA rule), so
-the two sides never order one pair of versions differently. Node-side code: Python 3.9+, standard library; the
-controller imports it like the rest of :mod:`gpu_provision.node`.
+the controller (rollbacks in the package operation, the cluster file's version checks, the doctor's CUDA rule, the
+toolkit release's configuration files, kubeadm's configuration API, Kubernetes' version skew), so the two sides never
+order one pair of versions differently. Node-side code: Python 3.9+, standard library; the controller imports it
+like the rest of :mod:`gpu_provision.node`.
 
 The order is dpkg's (``[epoch:]upstream[-revision]``; digits compare as numbers, letters below other characters, and
 ``~`` below everything, even the end of the string, so ``1.0~rc1`` comes before ``1.0``). rpm orders the versions
@@ -55,3 +56,17 @@ def version_key(version: str, parts: Optional[int] = None) -> Tuple[int, List[_P
     if parts is not None:
         upstream, revision = ".".join(upstream.split(".")[:parts]), ""
     return int(epoch), _parts(upstream), _parts(revision)
+
+
+def at_least(version: str, minimum: str, parts: Optional[int] = None) -> bool:
+    """Whether ``version`` is ``minimum`` or newer in :func:`version_key`'s order; ``parts`` as there (``3``:
+    ``1.18.0-1`` is 1.18.0 whatever its packaging revision; ``2``: ``1.31.4`` is the 1.31 release)."""
+    return version_key(version, parts) >= version_key(minimum, parts)
+
+
+def minor(version: Optional[str]) -> Optional[int]:
+    """The minor number of a version however it is written (``36`` for ``v1.36.4``, ``1.36.4-1.1`` or
+    ``0:1.36.4``), for policies counted in minors (Kubernetes' version skew); None when it has none."""
+    epoch, colon, rest = (version or "").partition(":")
+    parts = (rest if colon and epoch.isdigit() else version or "").lstrip("v").split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None

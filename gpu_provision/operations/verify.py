@@ -13,7 +13,6 @@ reads it.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -24,18 +23,17 @@ from gpu_provision.operations.commands import this_host
 from gpu_provision.operations.remote import run_on_host
 from gpu_provision.verify.agentrun import AgentRun
 
-#: What the command prints when no agent ran at all (it still succeeds, so the report says why).
-NOT_RUN = "verification agent did not run (is python3 installed?)"
 
 def agent_command(agent_path: str, expect_path: str) -> str:
     """The shell command that runs the agent (the node bundle's ``verify`` entry) on an expectations file and
     prints its report.
 
     The agent's exit status (1 when a check failed, 2 when the agent itself failed) is carried by the report's
-    ``status``, so the command succeeds whenever a report was printed; anything else prints :data:`NOT_RUN`.
+    ``status``, so the command succeeds whenever a report was printed. Any other status (127: no ``python3``)
+    is the command's own, so the run's failure names the command, that status and its last lines.
     """
     return (bundle.command("verify", "--expect", expect_path, bundle=agent_path)
-            + f" || test $? -le 2 || echo {shlex.quote(NOT_RUN)}")
+            + ' || { s=$?; [ "$s" -le 2 ] || exit "$s"; }')
 
 
 def run_agent(host: Any, command: str, ran: AgentRun) -> None:

@@ -24,7 +24,7 @@ MigStrategy = Literal["none", "single", "mixed"]
 GpuAllocation = Literal["device-plugin", "dra"]
 PodSecurityLevel = Literal["baseline", "restricted"]
 #: The uses a driver version is spelled for; see :meth:`Driver.spell`.
-DriverVersionUse = Literal["branch", "package", "pin", "reported"]
+DriverVersionUse = Literal["branch", "package", "pin", "debian_pin", "reported"]
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class Driver:
     hold_kernel: bool = default("driver.hold_kernel")
 
     @overload
-    def spell(self, use: Literal["branch", "pin", "reported"], family: str | None = None) -> str: ...
+    def spell(self, use: Literal["branch", "pin", "debian_pin", "reported"], family: str | None = None) -> str: ...
 
     @overload
     def spell(self, use: Literal["package"], family: str | None = None) -> str | None: ...
@@ -225,6 +225,8 @@ class Driver:
           None on Ubuntu (``family``) without an exact version, whose package names carry the branch. This is what
           ``gpu-provision plan`` shows (without a family: what every repository install gets);
         - ``pin``: the apt pin's and version lock's version glob (``580.159.04*``, ``580.*``);
+        - ``debian_pin``: the apt pin's version glob for Debian's own driver packages (``535.261.03-*``, ``535.*``,
+          ``install_method: distro``), whose versions carry a Debian revision (``535.261.03-1~deb12u1``);
         - ``reported``: what nvidia-smi and ``/proc/driver/nvidia/version`` must report, the version or its branch
           (``580.159.04``, ``580``), as :func:`gpu_provision.node.verify.checks.driver_matches` compares it.
         """
@@ -235,6 +237,8 @@ class Driver:
             return self.version or branch
         if use == "pin":
             return f"{self.version}*" if self.version else f"{branch}.*"
+        if use == "debian_pin":
+            return f"{self.version}-*" if self.version else f"{branch}.*"
         if self.version:
             return self.version
         return None if family == "ubuntu" else f"{branch}.*"

@@ -15,9 +15,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from gpu_provision.node.versions import at_least
 from gpu_provision.spec.model import Node
 
 PACKAGES_FILE = Path(__file__).resolve().parent.parent / "data" / "packages.json"
+#: A toolkit release is its first three parts (``1.18.2-1`` is 1.18.2): the packaging revision does not change
+#: behaviour.
+RELEASE_PARTS = 3
 
 
 @cache
@@ -29,14 +33,9 @@ def _facts(key: str) -> dict[str, Any]:
     return dict(_toolkit()[key])
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """``1.18.2-1`` -> ``(1, 18, 2)``: the packaging revision does not change behaviour."""
-    return tuple(int(p) if p.isdigit() else 0 for p in version.split("-")[0].split("."))
-
-
 def drop_in(node: Node) -> bool:
     """Whether ``node``'s toolkit configures containerd through a drop-in (1.18 and later)."""
-    return _release(node.toolkit.version) >= _release(_facts("runtime_config")["drop_in_from"])
+    return at_least(node.toolkit.version, _facts("runtime_config")["drop_in_from"], RELEASE_PARTS)
 
 
 def containerd_drop_in() -> str:
@@ -63,7 +62,7 @@ def runtime_binary() -> str:
 
 def cdi_refresh(node: Node) -> bool:
     """Whether ``node``'s toolkit ships the ``nvidia-cdi-refresh`` units (1.18 and later)."""
-    return _release(node.toolkit.version) >= _release(_facts("cdi")["refresh_from"])
+    return at_least(node.toolkit.version, _facts("cdi")["refresh_from"], RELEASE_PARTS)
 
 
 def cdi_spec(node: Node) -> str:

@@ -101,8 +101,7 @@ def pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
     found = debian(state)
     if not found:
         return []
-    version = f"{node.driver.version}-*" if node.driver.version else f"{node.driver.spell('branch')}.*"
-    return [repos.Pin(tuple(found["pin"]), version)]
+    return [repos.Pin(tuple(found["pin"]), node.driver.spell("debian_pin"))]
 
 
 def pin_file(node: Node, state: NodeStateData) -> FileWant | None:

@@ -17,6 +17,7 @@ from pyinfra.api import deploy
 from gpu_provision import kernel_guard
 from gpu_provision.desired import Difference, Want
 from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.node.versions import minor
 from gpu_provision.operations import commands
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import catalog, family, names
@@ -158,12 +159,6 @@ def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return []
 
 
-def _minor(version: str | None) -> int | None:
-    """The minor number of a Kubernetes version (``36`` for ``v1.36.4`` or ``1.36.4-1.1``)."""
-    parts = (version or "").lstrip("v").split(":", 1)[-1].split(".")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-
-
 def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding]:
     """Version skew the Kubernetes stage would create (``kubernetes.skew`` in packages.json, with its source):
     kubelet newer than the API server or more minors older than the policy allows, or an installed kubelet moved
@@ -172,17 +167,17 @@ def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding
         return []
     skew = catalog()["kubernetes"]["skew"]
     version = cluster.kubernetes.version
-    want = _minor(version)
+    want = minor(version)
     if want is None:
         return []
     out = []
     installed = state.package("kubelet").version
-    have = _minor(installed)
+    have = minor(installed)
     if have is not None and not 0 <= want - have <= skew["upgrade_minors"]:
         out.append(Finding("kubernetes-skew", f"kubelet {installed} is installed and the file wants {version}: "
                                               "kubeadm clusters move one minor at a time, forward only"))
     api_version = (state.section("kubernetes").get("api") or {}).get("cluster_version")
-    api = _minor(api_version)
+    api = minor(api_version)
     if api is not None and not 0 <= api - want <= skew["kubelet_older_minors"]:
         out.append(Finding("kubernetes-skew", f"the control plane runs {api_version} and the file wants kubelet "
                                               f"{version}: kubelet may not be newer than the API server nor more "

@@ -12,7 +12,10 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
   stage, :func:`gpu_provision.stages.verify.verify`, which writes it as a file), then writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
   name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
-  hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to keep it (then the report is saved beside the expectations and the directory named on stderr).
+  hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to
+  keep it (then the report is saved beside the expectations and the directory named on stderr). An agent that
+  ends without a report (an exit status above 2, or an exception: 3) ends the command with that status, so the
+  run's failure names the command, the status and the last lines it printed.
 * :func:`install_command` is sent only after a miss: the agent's bytes on the command's standard input, written
   to a same-directory temporary file from ``mktemp``, checked against the digest, renamed into place (the run
   that follows removes older versions' copies). It refuses a cache path that is a symbolic link or not a
@@ -36,8 +39,6 @@ from gpu_provision import bundle
 AGENT_CACHE = "/var/lib/gpu-provision/agent"
 #: What :func:`run_command` prints (and exits 0) when the node has no usable copy of this version.
 CACHE_MISS = {"gpu-provision-agent-cache": "miss"}
-#: What the run prints when the agent ended without its report (it still exits 0, so the report says why).
-NO_REPORT = "verification agent ended without a report (its error is on stderr)"
 
 # Runs on the node's python3 (3.9+). argv: expectations (base64), then extra agent arguments.
 _RUN_LOADER = """\
@@ -83,8 +84,10 @@ finally:
         sys.stderr.write('gpu-provision: run files kept in '+d+'\\n')
     else:
         shutil.rmtree(d,ignore_errors=True)
-if not isinstance(r,int) and r is not None or (r or 0)>2:
-    print({not_run!r})
+if not isinstance(r,int) and r is not None:
+    sys.stderr.write(str(r)+'\\n');r=3
+if (r or 0)>2:
+    sys.exit(r)
 """
 
 _INSTALL = """\
@@ -122,7 +125,7 @@ def run_command(expectations: str, keep: bool = False, cache_dir: str = AGENT_CA
     report, or prints :data:`CACHE_MISS` where the node has no usable copy. ``keep`` leaves the run's
     expectations and report on the node (in a private directory under ``cache_dir``, named on stderr)."""
     loader = _RUN_LOADER.format(cache=cache_dir, digest=agent_digest(), miss=json.dumps(CACHE_MISS),
-                                package=bundle.PACKAGE, keep="1" if keep else "0", not_run=NO_REPORT)
+                                package=bundle.PACKAGE, keep="1" if keep else "0")
     encoded = base64.b64encode(expectations.encode()).decode()
     return f"python3 -c {shlex.quote(loader)} {encoded} --compact"
 

@@ -58,7 +58,9 @@ def parse_report(node: str, text: str) -> dict[str, Any]:
 
 
 NO_OUTPUT = "the verification agent printed nothing"
-NOT_RUN = "an operation before the agent failed (see the log)"
+#: Why a node has no report when its agent run never came: an operation before it failed on that node.
+NOT_RUN = ("the verification agent did not run: an operation before it failed on this node; fix that operation's "
+           "error, printed under its name, and run again")
 
 
 def report_from_run(node: str, ran: Any) -> dict[str, Any]:

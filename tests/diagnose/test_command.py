@@ -112,7 +112,7 @@ def test_collection_commands_carry_the_hosts_sudo_and_sudo_password(monkeypatch)
     asked: list[dict] = []
     monkeypatch.setattr(host, "run_shell_command", lambda cmd, **kw: (asked.append(kw), (False, None))[1])
     monkeypatch.setattr(command, "expectations_of", lambda target: EXPECT)
-    reached = SimpleNamespace(host=host, state=state, log=SimpleNamespace(last_error="refused"))
+    reached = SimpleNamespace(host=host, state=state, log=SimpleNamespace(last_failure="refused"))
     with pytest.raises(GpuProvisionError, match="temporary folder"):
         command.collect_host(reached, "/nonexistent", bug_report=False, timeout=5.0)
     assert [(kw["_sudo"], kw["_sudo_password"]) for kw in asked] == [(True, "pw")]

@@ -15,6 +15,7 @@ from gpu_provision.desired import FileWant, PackageWant
 from gpu_provision.drift import check_fleet
 from gpu_provision.drift.report import EXIT_DRIFT, EXIT_ERROR, EXIT_IN_SYNC
 from gpu_provision.fleet import FleetSettings
+from gpu_provision.operations.remote import STATUS_MARK
 from gpu_provision.spec.model import Node
 
 
@@ -22,8 +23,9 @@ def resolve(host: Any) -> tuple[Node, Any]:
     return Node(name=host.name, address=str(host.data.get("ssh_hostname") or "fake")), None
 
 
-def fake(name: str, answer: Any, success: bool = True, stderr: str = "") -> tuple[str, dict[str, Any]]:
-    """A @fake host whose probe command answers ``answer`` (or fails with ``stderr``)."""
+def fake(name: str, answer: Any, success: bool = True, stderr: str | list[str] = "") -> tuple[str, dict[str, Any]]:
+    """A @fake host whose probe command answers ``answer`` (or fails with ``stderr``, which may end with the exit
+    status the node's shell reports)."""
     response = {"success": success, "stdout": json.dumps(answer) if success else "", "stderr": stderr}
     return f"@fake/{name}", {"fake_responses": {f"{bundle.PROBE_PYTHON} -c": response}, "fake_delay": 0, "fake_delay_jitter": 0}
 
@@ -98,10 +100,14 @@ def test_drift_and_an_unreachable_node_still_exit_2(stages, in_sync, closed_port
 
 
 def test_failed_probe_is_not_checked_with_the_remote_message(stages):
-    report = run([fake("a", None, success=False, stderr="python3: can't open file")], stages)
+    failing = fake("a", None, success=False, stderr=["python3: can't open file", "", f"{STATUS_MARK}2"])
+    report = run([failing], stages)
     node = report.nodes[0]
     assert node.status == "not-checked"
-    assert node.problems == ["probe failed: python3: can't open file"]
+    (problem,) = node.problems
+    # Told as every failed command is: the command, its exit status, its last lines.
+    assert problem.startswith(f"probe failed: if command -v python3 >/dev/null 2>&1; then ( {bundle.PROBE_PYTHON} -c")
+    assert problem.endswith("... exited 2: python3: can't open file")
     assert node.commands == 1
 
 

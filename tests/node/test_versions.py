@@ -10,7 +10,7 @@ import pytest
 from gpu_provision.desired import version_matches
 from gpu_provision.node.probe import system
 from gpu_provision.node.verify.checks import cuda_version_check
-from gpu_provision.node.versions import version_key
+from gpu_provision.node.versions import at_least, minor, version_key
 from gpu_provision.operations.packages import is_downgrade
 
 #: Oldest first, as dpkg --compare-versions orders them.
@@ -61,3 +61,28 @@ def test_the_probe_picks_the_newest_kernel_in_this_order(monkeypatch: pytest.Mon
                                                           ("13.0", "12.10", "pass"), ("12.9", "12.10", "fail")])
 def test_the_verifier_compares_cuda_versions_in_this_order(found: str, minimum: str, status: str) -> None:
     assert cuda_version_check(found, {"cuda_min": minimum}, "nvidia-smi").status == status
+
+
+@pytest.mark.parametrize(("version", "minimum", "parts", "met"), [
+    ("1.18.0-1", "1.18.0", 3, True),  # a toolkit release whatever its packaging revision
+    ("1.17.8-1", "1.18.0", 3, False),
+    ("1.18.10", "1.18.9", 3, True),  # numbers, not text
+    ("1.31.4", "1.31", 2, True),  # the 1.31 release of Kubernetes
+    ("1.30.9", "1.31", 2, False),
+    ("1.100.0", "1.31", 2, True),
+    ("1.0~rc1", "1.0", None, False),  # dpkg's order: a pre-release is below its release
+    ("1:580.95.05-0ubuntu1", "590.44.01", None, True),  # an epoch outranks the rest
+])
+def test_at_least_is_the_one_order_with_the_parts_a_rule_counts(version: str, minimum: str, parts: int | None,
+                                                                 met: bool) -> None:
+    assert at_least(version, minimum, parts) is met
+    assert at_least(version, minimum, parts) is (version_key(version, parts) >= version_key(minimum, parts))
+
+
+@pytest.mark.parametrize(("version", "number"), [
+    ("v1.36.4", 36), ("1.36.4-1.1", 36), ("0:1.36.4", 36), ("1.9", 9), ("1.36.4~rc.1", 36),
+    ("1", None), ("", None), (None, None), ("v1.x", None),
+])
+def test_minor_reads_the_minor_number_however_the_version_is_written(version: str | None,
+                                                                      number: int | None) -> None:
+    assert minor(version) == number

@@ -29,7 +29,7 @@ def test_diagnose_names_the_failed_command(monkeypatch: pytest.MonkeyPatch) -> N
 
     state, host = failing_host(monkeypatch, ["mktemp: permission denied"], {"_sudo": True, "_sudo_password": "pw"})
     monkeypatch.setattr(diagnose, "expectations_of", lambda target: DoctorExpectations())
-    reached = SimpleNamespace(host=host, state=state, log=SimpleNamespace(last_error=None))
+    reached = SimpleNamespace(host=host, state=state, log=SimpleNamespace(last_failure=None))
     with pytest.raises(GpuProvisionError) as raised:
         diagnose.collect_host(reached, "/nonexistent", bug_report=False, timeout=5.0)
     assert str(raised.value) == ("cannot make a temporary folder: mktemp -d /tmp/gpu-provision-diagnose.XXXXXX "

@@ -58,6 +58,28 @@ def test_debian_wants_its_headless_set_pinned_and_held_without_the_cuda_reposito
     assert distro.pins(DEBIAN, state)[0].version == "535.309.01-*"
 
 
+def test_the_debian_pin_is_the_drivers_own_spelling_for_an_exact_version_and_for_a_branch() -> None:
+    """The preferences file's version comes from ``Driver.spell("debian_pin")``, as every other use's does."""
+    state = NodeStateData(container_node())
+    branch_only = replace(DEBIAN, driver=replace(DEBIAN.driver, version=None, branch="535"))
+    assert DEBIAN.driver.spell("debian_pin") == "535.309.01-*"
+    assert branch_only.driver.spell("debian_pin") == "535.*"
+    for node in (DEBIAN, branch_only):
+        assert [p.version for p in distro.pins(node, state)] == [node.driver.spell("debian_pin")]
+        pref = distro.pin_file(node, state)
+        assert pref is not None and f"Pin: version {node.driver.spell('debian_pin')}\n" in str(pref.content)
+
+
+def test_every_use_of_the_driver_version_has_its_spelling() -> None:
+    exact, branch = DEBIAN.driver, replace(DEBIAN.driver, version=None, branch="535")
+    assert {use: exact.spell(use) for use in ("branch", "package", "pin", "debian_pin", "reported")} == {
+        "branch": "535", "package": "535.309.01", "pin": "535.309.01*", "debian_pin": "535.309.01-*",
+        "reported": "535.309.01"}
+    assert {use: branch.spell(use) for use in ("branch", "package", "pin", "debian_pin", "reported")} == {
+        "branch": "535", "package": "535.*", "pin": "535.*", "debian_pin": "535.*", "reported": "535"}
+    assert branch.spell("package", "ubuntu") is None
+
+
 def test_rhel_a_foreign_branch_and_fabric_manager_are_refused_by_preflight() -> None:
     rocky = NodeStateData(fresh("rocky9", gpus=1))
     assert distro.problems(DEBIAN, rocky) == [

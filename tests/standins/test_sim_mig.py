@@ -17,6 +17,8 @@ from gpu_provision.node import catalog
 
 A100_40 = [{"model": "A100-40GB", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000a1",
             "pci_bus_id": "00000000:07:00.0", "serial": "1562021001122"}]
+RTX_PRO_6000 = [{"model": "RTX-PRO-6000", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000b6",
+                 "pci_bus_id": "00000000:17:00.0", "serial": "1652025000601"}]
 A100_80 = [{"model": "A100-80GB", "index": 0, "uuid": "GPU-00000000-0000-0000-0000-0000000000a8",
             "pci_bus_id": "00000000:0F:00.0", "serial": "1562021009999"}]
 
@@ -108,6 +110,46 @@ def test_capacity_rules(h200: SimNode, request_: str, ok: bool) -> None:
     h200.smi("-mig", "1")
     proc = h200.run("mig", "-cgi", request_)
     assert (proc.returncode == 0) == ok, (request_, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("request_", "ok"),
+    [
+        ("65", True),  # 1g.24gb+me.all
+        ("65,67,67,67", True),  # -me instances have no media engine, so they sit beside +me.all
+        ("64,66", True),  # 2g.48gb+me.all beside 2g.48gb-me
+        ("21,14,14,14", True),  # +me leaves media engines to the others
+        ("21,65", False),  # +me and +me.all both hold the one OFA
+        ("65,21", False),
+        ("64,21", False),
+        ("65,14", False),  # +me.all takes every media engine: a plain 1g cannot sit beside it
+        ("14,65", False),
+        ("65,47", False),  # nor a +gfx one
+        ("64,5", False),
+    ],
+)
+def test_all_media_engines_rules(sim_node: SimNode, request_: str, ok: bool) -> None:
+    sim_node.configure(RTX_PRO_6000)
+    sim_node.smi("-mig", "1")
+    proc = sim_node.run("mig", "-cgi", request_)
+    assert (proc.returncode == 0) == ok, (request_, proc.stdout, proc.stderr)
+    if not ok:
+        assert "Failed to create GPU instances: Insufficient Resources" in proc.stderr
+
+
+def test_all_media_engines_free_counts(sim_node: SimNode) -> None:
+    """Beside a +me.all instance -lgip counts only -me profiles as free."""
+    sim_node.configure(RTX_PRO_6000)
+    sim_node.smi("-mig", "1")
+    sim_node.smi("mig", "-cgi", "1g.24gb+me.all")
+    lgip = sim_node.smi("mig", "-lgip")
+    free = {line.split()[3]: line.split()[5] for line in lgip.splitlines() if " MIG " in line}
+    assert free["1g.24gb-me"] == "3/4"
+    assert free["2g.48gb-me"] == "1/2"
+    assert free["1g.24gb"] == "0/4"
+    assert free["1g.24gb+me"] == "0/1"
+    assert free["1g.24gb+gfx"] == "0/4"
+    assert free["2g.48gb+me.all"] == "0/1"
 
 
 def test_invalid_placement_and_unknown_profile(h200: SimNode) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,25 @@ def test_the_short_command_names_no_world_writable_directory() -> None:
     for text in (command, script):
         assert "/tmp" not in text and "/var/tmp" not in text and "/dev/shm" not in text
     assert agent.AGENT_CACHE in command and agent.AGENT_CACHE in script
+
+
+def fake_agent(cache: Path, main: str) -> None:
+    """Keep, as this version's copy, an agent whose ``main`` is ``main`` (Python source)."""
+    cache.mkdir(parents=True, mode=0o700)
+    with zipfile.ZipFile(cache / f"{agent.agent_digest()}.pyz", "w") as pyz:
+        pyz.writestr(f"{bundle.PACKAGE}/__init__.py", "")
+        pyz.writestr(f"{bundle.PACKAGE}/__main__.py", main)
+
+
+@pytest.mark.parametrize(("main", "status", "tail"), [
+    ("def main(argv):\n    raise RuntimeError('no GPUs today')\n", 3, "RuntimeError: no GPUs today"),
+    ("import sys\ndef main(argv):\n    print('half a report', file=sys.stderr)\n    return 4\n", 4, "half a report"),
+])
+def test_an_agent_that_ends_without_a_report_is_reported_with_the_command_and_its_status(
+        node, main: str, status: int, tail: str) -> None:
+    inventory, cache = node
+    fake_agent(cache, main)
+    report, sent = verify_counted(inventory, cache)
+    assert len(sent) == 1 and report["status"] == "error" and schema_problems(report) == []
+    assert report["error"].startswith("agent run failed: python3 -c 'import base64,io,os,shutil,sys,tempfile")
+    assert f"... exited {status}: " in report["error"] and report["error"].endswith(tail)

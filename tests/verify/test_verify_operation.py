@@ -12,9 +12,10 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host
 
-from gpu_provision.operations.verify import NOT_RUN, agent_command, agent_report
+from gpu_provision.operations.remote import STATUS_MARK
+from gpu_provision.operations.verify import agent_command, agent_report
 from gpu_provision.verify.agentrun import AgentRun
-from gpu_provision.verify.report import report_from_run, schema_problems
+from gpu_provision.verify.report import NOT_RUN, report_from_run, schema_problems
 
 DEVICE = Path(__file__).resolve().parents[1] / "fixtures" / "device"
 
@@ -31,28 +32,34 @@ def ran(stdout: str = "", success: bool = True, stderr: str = "") -> OperationMe
 def test_command_quotes_paths_and_survives_failing_checks() -> None:
     command = agent_command("/var/lib/gpu provision/gpu-provision-node.pyz", "/etc/x.json")
     assert command.startswith("python3 '/var/lib/gpu provision/gpu-provision-node.pyz' verify --expect /etc/x.json")
-    # Exit 1 (a check failed) and 2 (agent error) count as success for the operation; 127 prints a message.
-    for status, printed in ((0, ""), (1, ""), (2, ""), (127, "verification agent did not run (is python3 installed?)")):
+    # Exit 1 (a check failed) and 2 (agent error) count as success for the operation; any other status (127: no
+    # python3) is the command's own, for its failure to name.
+    for status, returned in ((0, 0), (1, 0), (2, 0), (3, 3), (127, 127)):
         shell = command.replace("python3 '/var/lib/gpu provision/gpu-provision-node.pyz' verify --expect /etc/x.json",
                                 f"sh -c 'exit {status}'")
         done = subprocess.run(["sh", "-c", shell], capture_output=True, text=True)
-        assert done.returncode == 0 and done.stdout.strip() == printed
+        assert (done.returncode, done.stdout) == (returned, "")
 
 
 class RecordingHost:
-    """A host for the operation's body: records the commands it is asked to run and their connector arguments."""
+    """A host for the operation's body: records the commands it is asked to run and their connector arguments;
+    each one prints ``stdout`` (and ``stderr``) and exits ``status``, reported as the node's shell reports it."""
 
-    def __init__(self, executing: bool, stdout: str = "{}"):
+    def __init__(self, executing: bool, stdout: str = "{}", status: int = 0, stderr: tuple[str, ...] = ()):
         self.executing_op_hash = "op" if executing else None
         self.calls: list[tuple[str, dict]] = []
         self.stdout = stdout
+        self.status = status
+        self.stderr = stderr
         global_arguments = {"_sudo": True, "_sudo_user": "root", "_timeout": 30, "_if": [], "name": "x"}
         self.state = SimpleNamespace(print_output=False, print_input=False, failed_hosts=set(), active_hosts={self},
                                      ops={self: {"op": SimpleNamespace(global_arguments=global_arguments)}})
 
     def run_shell_command(self, command, **kwargs):
         self.calls.append((str(command), kwargs))
-        return True, CommandOutput([OutputLine("stdout", self.stdout)])
+        lines = [OutputLine("stdout", self.stdout)] if self.stdout else []
+        lines += [OutputLine("stderr", line) for line in (*self.stderr, "", f"{STATUS_MARK}{self.status}")]
+        return self.status == 0, CommandOutput(lines)
 
 
 def body(host: RecordingHost, judge=None) -> tuple[list, AgentRun]:
@@ -73,6 +80,16 @@ def test_operation_runs_exactly_the_agent_command_with_the_operations_sudo_and_y
     assert (kwargs["_sudo"], kwargs["_sudo_user"], kwargs["_timeout"]) == (True, "root", 30)
     assert "_if" not in kwargs and "name" not in kwargs
     assert (run.is_complete(), run.did_succeed(), run.stdout) == (True, True, '{"status": "pass"}')
+
+
+def test_an_agent_command_that_exits_above_2_is_reported_with_the_command_and_its_status() -> None:
+    """No python3 on the node: the report names the command that ran, its exit status and what it printed."""
+    missing = RecordingHost(executing=True, stdout="", status=127, stderr=("sh: 1: python3: not found",))
+    _, run = body(missing)
+    report = report_from_run("gpu-09", run)
+    assert report["status"] == "error" and schema_problems(report) == []
+    assert report["error"] == ("agent run failed: python3 /opt/a.pyz verify --expect /opt/e.json || { s=$?; "
+                               '[ "$s" -le 2 ] || exit... exited 127: sh: 1: python3: not found')
 
 
 def test_a_node_judged_bad_is_marked_failed_without_a_failing_command() -> None:
@@ -114,15 +131,17 @@ def test_process_real_report_lines() -> None:
 
 
 def test_process_without_report() -> None:
-    report = report_from_run("gpu-09", ran(NOT_RUN))
+    report = report_from_run("gpu-09", ran("gpu-provision: no report today"))
     assert report["node"] == "gpu-09" and report["status"] == "error"
-    assert report["error"] == "agent printed no report: verification agent did not run (is python3 installed?)"
+    assert report["error"] == "agent printed no report: gpu-provision: no report today"
     assert report_from_run("gpu-09", ran(""))["error"] == "the verification agent printed nothing"
 
 
 def test_agent_that_never_ran_or_failed_gives_an_error_report() -> None:
     never = report_from_run("gpu-09", OperationMeta("hash", is_change=True))
-    assert never["error"] == "an operation before the agent failed (see the log)"
+    assert never["error"] == NOT_RUN
+    assert never["error"] == ("the verification agent did not run: an operation before it failed on this node; fix "
+                              "that operation's error, printed under its name, and run again")
     failed = report_from_run("gpu-09", ran(success=False, stderr="Connection reset\nsocket closed"))
     assert failed["error"] == "agent run failed: socket closed"
     assert schema_problems(never) == [] and schema_problems(failed) == []

@@ -1,8 +1,9 @@
 """Where the simulated driver places GPU instances and what each may sit beside (stand-in, not NVIDIA software).
 
 A GPU instance takes memory slices ``start .. start+size-1`` from its profile's placement table and compute slices
-from the GPU's total; no two instances share a memory slice, no profile exceeds its instance limit, and one
-media-extension (``+me``) instance at most exists.
+from the GPU's total; no two instances share a memory slice, no profile exceeds its instance limit, one
+media-extension (``+me`` or ``+me.all``) instance at most exists, and only ``-me`` instances sit beside a ``+me.all``
+one (the rule of the GPU model files' RTX PRO 6000 sources, which NVIDIA's table implies without stating it).
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 import uuid as uuidlib
 
 from gpusim_hardware import Gpu
+
+_MEDIA_EXTENSIONS = ("+me", "+me.all")
+_ALL_MEDIA = "+me.all"
+_NO_MEDIA = "-me"
 
 
 def gi_id_for(start: int, size: int, slices: int) -> int:
@@ -34,6 +39,19 @@ def occupied(gs: dict) -> tuple[set[int], int]:
     return slots, compute
 
 
+def media_conflict(name: str, existing: list[str]) -> bool:
+    """Whether an instance of profile ``name`` clashes with the instances ``existing`` over media engines.
+
+    A ``+me`` or ``+me.all`` instance holds the GPU's one OFA, so only one of them exists; a ``+me.all`` instance
+    takes every media engine besides, so only ``-me`` instances (which have none) sit beside it.
+    """
+    if name.endswith(_MEDIA_EXTENSIONS) and any(other.endswith(_MEDIA_EXTENSIONS) for other in existing):
+        return True
+    if name.endswith(_ALL_MEDIA) and any(not other.endswith(_NO_MEDIA) for other in existing):
+        return True
+    return not name.endswith(_NO_MEDIA) and any(other.endswith(_ALL_MEDIA) for other in existing)
+
+
 def fits(gpu: Gpu, gs: dict, profile: dict, start: int) -> bool:
     """Whether ``profile`` can be placed at ``start`` given what already exists."""
     if start not in profile["starts"]:
@@ -41,8 +59,7 @@ def fits(gpu: Gpu, gs: dict, profile: dict, start: int) -> bool:
     count = sum(1 for gi in gs["gis"] if gi["profile_id"] == profile["id"])
     if count >= int(profile["max_instances"]):
         return False
-    # Only one media-extension (+me) instance can exist: it takes the GPU's shared media engines.
-    if profile["name"].endswith("+me") and any(gi["name"].endswith("+me") for gi in gs["gis"]):
+    if media_conflict(profile["name"], [gi["name"] for gi in gs["gis"]]):
         return False
     slots, compute = occupied(gs)
     wanted = set(range(start, start + int(profile["memory_slices"])))
