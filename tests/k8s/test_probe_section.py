@@ -38,6 +38,11 @@ print(json.dumps({"items": items}))
 def load_section(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str = "OK") -> Any:
     # The section as the node's package holds it (it runs its commands through the probe's bounded runner).
     module = importlib.import_module("gpu_provision.node.probe.kubernetes")
+    # A probe run of its own: an earlier test's run leaves its deadline behind in the shared runner, and once that
+    # has passed every command here would get the runner's last-moment bound (0.5 s) and time out on a busy machine.
+    from gpu_provision.node.probe import _command
+
+    _command.start()
     admin = tmp_path / "admin.conf"
     admin.write_text("server: https://10.0.0.1:6443\n")
     monkeypatch.setattr(module, "ADMIN_CONF", str(admin))
