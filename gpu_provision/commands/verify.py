@@ -108,6 +108,7 @@ def run_local(args: argparse.Namespace) -> list[dict[str, Any]]:
     import os
     import subprocess
 
+    from gpu_provision.hostcommand import STATUS_MARK, outcome
     from gpu_provision.verify import agent
     from gpu_provision.verify.agentrun import AgentRun
     from gpu_provision.verify.report import report_from_run
@@ -131,8 +132,9 @@ def run_local(args: argparse.Namespace) -> list[dict[str, Any]]:
         ran.complete, ran.succeeded, ran.stdout = True, done.returncode == 0, done.stdout
         ran.stderr_lines = done.stderr.splitlines()
         if done.returncode:
-            tail = [line.strip() for line in ran.stderr_lines if line.strip()][-1:] or ["no message"]
-            ran.failure = f"the agent's command exited {done.returncode}: {tail[0][:200]}"
+            # Worded as every failed host command is: the command, its exit status, its last lines.
+            ran.failure = outcome(command, False, done.stdout.splitlines(),
+                                  [*ran.stderr_lines, f"{STATUS_MARK}{done.returncode}"]).failure
         return ran
 
     ran = run(agent.run_command(expectations, args.keep_node_files, cache_dir))

@@ -14,23 +14,21 @@ exit status as the last line of standard error, taken off again here) and return
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyinfra.api import StringCommand
 
-from gpu_provision.node.redact import HIDDEN, redact
+from gpu_provision.hostcommand import (
+    _STATUS_LINE,
+    STATUS_MARK,
+    HostCommand,
+    hide_literal,
+    outcome,
+    text_of,
+)
 
-#: How the node's shell reports a command's exit status (the last line of its standard error).
-STATUS_MARK = "gpu-provision-exit-status:"
-_STATUS_LINE = re.compile(re.escape(STATUS_MARK) + r"(\d+)$")
-#: Lines of output a failure message carries.
-TAIL_LINES = 5
-#: Characters of the command a failure message shows.
-COMMAND_CHARS = 80
-
+__all__ = ["STATUS_MARK", "HostCommand", "StatusCommand", "outcome", "run_on_host", "text_of", "without_status"]
 
 class StatusCommand(StringCommand):
     """A command whose shell reports its exit status on standard error.
@@ -50,99 +48,6 @@ class StatusCommand(StringCommand):
     def get_masked_value(self) -> str:
         """The command as given (secrets masked as pyinfra masks them)."""
         return self.command.get_masked_value()
-
-
-def text_of(lines: Iterable[Any]) -> list[str]:
-    """Output lines as strings (pyinfra's ``OutputLine`` objects or plain strings)."""
-    return [str(getattr(line, "line", line)) for line in lines]
-
-
-def split_status(stderr: Sequence[str]) -> tuple[int | None, list[str]]:
-    """The exit status a :class:`StatusCommand` reported and its standard error without the report (and the blank
-    line before it); None when no status came back (the command was not a :class:`StatusCommand`, or the
-    connection went before it ended)."""
-    lines = list(stderr)
-    for index in range(len(lines) - 1, -1, -1):
-        found = _STATUS_LINE.search(lines[index])
-        if found:
-            rest = lines[:index] + lines[index + 1:]
-            if index > 0 and not lines[index - 1].strip():
-                rest = lines[:index - 1] + lines[index + 1:]
-            return int(found.group(1)), rest
-    return None, lines
-
-
-def hide_literal(line: str, values: Iterable[str]) -> str:
-    """``line`` with each of ``values`` replaced by ``***`` (nothing else: the caller may still parse it)."""
-    for value in values:
-        if value:
-            line = line.replace(value, HIDDEN)
-    return line
-
-
-def hide(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with the one redaction's secrets and each of ``secrets`` (literal values) replaced by ``***``."""
-    return redact(hide_literal(text, secrets))
-
-
-def shorten(command: str) -> str:
-    """``command``'s first line, cut to :data:`COMMAND_CHARS` characters."""
-    first = command.strip().split("\n", 1)[0]
-    if first != command.strip() or len(first) > COMMAND_CHARS:
-        return first[:COMMAND_CHARS].rstrip() + "..."
-    return first
-
-
-@dataclass(frozen=True)
-class HostCommand:
-    """A command's outcome on a host.
-
-    ``stdout`` and ``stderr`` are what it printed (the sudo password hidden), for the caller to parse; ``command``,
-    ``tail`` and ``failure`` are for messages and have every secret hidden. ``exit_status`` is None when no status
-    came back (``error`` then says why, when the connection or the timeout ended the command).
-    """
-
-    ok: bool
-    exit_status: int | None
-    command: str
-    stdout: str
-    stderr: str
-    tail: tuple[str, ...]
-    error: str | None = None
-
-    @property
-    def stdout_lines(self) -> list[str]:
-        """``stdout`` line by line."""
-        return self.stdout.split("\n") if self.stdout else []
-
-    @property
-    def stderr_lines(self) -> list[str]:
-        """``stderr`` line by line."""
-        return self.stderr.split("\n") if self.stderr else []
-
-    @property
-    def failure(self) -> str:
-        """``COMMAND exited N: last lines`` (or why it did not finish), the one way a failed command is told."""
-        if self.error is not None:
-            return f"{self.command} did not finish: {self.error}"
-        if self.exit_status is None:
-            said = "failed (no exit status came back)"
-        else:
-            said = f"exited {self.exit_status}"
-        return f"{self.command} {said}: " + (" / ".join(self.tail) if self.tail else "no output")
-
-
-def outcome(command: str, ok: bool, stdout: Sequence[str], stderr: Sequence[str], secrets: Iterable[str] = (),
-            error: str | None = None) -> HostCommand:
-    """A :class:`HostCommand` from what a connector returned (``stderr`` may still hold the status report)."""
-    secrets = tuple(secrets)
-    status, stderr = split_status(stderr)
-    if status is None and ok and error is None:
-        status = 0
-    printed = [line for line in [*stdout, *stderr] if line.strip()]
-    tail = tuple(hide(line.strip(), secrets) for line in printed[-TAIL_LINES:])
-    return HostCommand(ok, status, shorten(hide(command, secrets)), "\n".join(stdout), "\n".join(stderr), tail,
-                       None if error is None else hide(error, secrets))
 
 
 def run_on_host(host: Any, command: str | StringCommand, arguments: Mapping[str, Any] | None = None,

@@ -65,3 +65,31 @@ def test_help_validate_and_mig_plan_import_no_ssh_machinery(tmp_path: Path) -> N
                               cwd=tmp_path, timeout=120)
         outcome = json.loads(done.stderr.strip().splitlines()[-1])
         assert [name for name in HEAVY if _loaded(outcome["modules"], name)] == [], args
+
+
+def test_verify_local_words_a_failed_agent_as_every_failed_command(tmp_path: Path) -> None:
+    """An agent kept in the cache that ends with status 4 and no report: the report's error names the command,
+    ``exited 4`` and the agent's last line, as the fleet's failures read, and the run still loads no pyinfra."""
+    import zipfile
+
+    from gpu_provision import bundle
+    from gpu_provision.verify import agent
+
+    cache = tmp_path / "agent"
+    cache.mkdir(mode=0o700)
+    with zipfile.ZipFile(cache / f"{agent.agent_digest()}.pyz", "w") as pyz:
+        pyz.writestr(f"{bundle.PACKAGE}/__init__.py", "")
+        pyz.writestr(f"{bundle.PACKAGE}/__main__.py",
+                     "import sys\ndef main(argv):\n    print('half a report', file=sys.stderr)\n    return 4\n")
+    (tmp_path / "cluster.yaml").write_text(CLUSTER)
+    env = dict(os.environ, GPU_PROVISION_CLUSTER=str(tmp_path / "cluster.yaml"), GPU_PROVISION_NODE="h200-node",
+               PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-c", PROGRAM, "verify", "@local", "--json", "--remote-dir", str(cache)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    outcome = json.loads(done.stderr.strip().splitlines()[-1])
+    assert [name for name in HEAVY if _loaded(outcome["modules"], name)] == []
+    [report] = json.loads(done.stdout)
+    assert report["status"] == "error", report
+    error = report["error"]
+    assert error.startswith("agent run failed: python3 "), error
+    assert " exited 4: " in error and error.endswith("half a report"), error

@@ -12,8 +12,8 @@ from pyinfra.api import Inventory, StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.operations import server
 
+from gpu_provision import hostcommand
 from gpu_provision.fleet import FleetSettings, Reached, run_fleet
-from gpu_provision.operations import remote
 from gpu_provision.operations.remote import STATUS_MARK, run_on_host, without_status
 
 TOKEN = "abcdef.0123456789abcdef"
@@ -56,7 +56,7 @@ def test_an_exit_inside_the_command_ends_only_it_and_its_status_is_kept() -> Non
 def test_the_tail_is_the_last_lines_and_long_commands_are_shortened() -> None:
     ran = run_on_host(ShellHost(), "for i in 1 2 3 4 5 6 7; do echo line$i >&2; done; exit 1 # " + "x" * 100)
     assert ran.tail == ("line3", "line4", "line5", "line6", "line7")
-    assert ran.command.endswith("...") and len(ran.command) == remote.COMMAND_CHARS + 3
+    assert ran.command.endswith("...") and len(ran.command) == hostcommand.COMMAND_CHARS + 3
 
 
 def test_the_sudo_password_never_appears() -> None:
