@@ -23,6 +23,10 @@ CONTAINERD_MIN: str = _REQUIRES["containerd_min"]["value"]
 DRIVER_NAME: str = DATA["driver"]["name"]
 #: The driver image of the release this project renders.
 DRIVER_IMAGE: str = DATA["driver"]["image"]
+#: The ResourceQuota key counting a namespace's ResourceClaim objects (the object-count form; no short alias).
+QUOTA_CLAIMS: str = DATA["quota"]["claims"]
+#: The ResourceQuota key counting the devices claimed through one DeviceClass (``{device_class}`` filled in).
+QUOTA_DEVICES: str = DATA["quota"]["devices_per_class"]
 #: DeviceClass name -> ``{"type": device type, "extended_resource_name": ...}``.
 DEVICE_CLASSES: dict[str, dict[str, str]] = {k: v for k, v in DATA["device_classes"].items() if k != "source"}
 

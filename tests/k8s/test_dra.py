@@ -144,3 +144,14 @@ def test_device_plugin_mode_keeps_its_objects_and_no_gates(example: Cluster) -> 
     kinds = {o["kind"] for objs in manifests.values() for o in objs}
     assert not kinds & {"DeviceClass", "ResourceClaimTemplate"}
     assert "featureGates" not in kubeadm.init_configuration(example, example.nodes[0], "192.0.2.10")[2]
+
+
+def test_quota_counts_claims_by_kubernetes_object_count_key(cluster: Cluster) -> None:
+    """Kubernetes charges every ResourceClaim as one ``count/resourceclaims.resource.k8s.io`` (its quota
+    evaluator; ``resourceclaims`` alone is no alias): a team may hold as many claims as devices."""
+    research = _named(cluster, "ResourceQuota")[("research", "gpu-quota")]["spec"]["hard"]
+    assert research["count/resourceclaims.resource.k8s.io"] == "7"  # 2 GPUs, 3 + 1 + 1 MIG devices
+    solo = _named(cluster, "ResourceQuota")[("solo", "gpu-quota")]["spec"]["hard"]
+    assert solo["count/resourceclaims.resource.k8s.io"] == "1"
+    assert not [key for q in _named(cluster, "ResourceQuota").values() for key in q["spec"]["hard"]
+                if "resourceclaims" in key and key != "count/resourceclaims.resource.k8s.io"]
