@@ -19,6 +19,9 @@ KUBERNETES_MIN: str = _REQUIRES["kubernetes_min"]["value"]
 DRIVER_BRANCH_MIN: int = _REQUIRES["driver_branch_min"]["value"]
 #: The oldest containerd with CDI on by default.
 CONTAINERD_MIN: str = _REQUIRES["containerd_min"]["value"]
+#: The ``container_runtime.docker_source`` values whose containerd, unless pinned, may be older than
+#: :data:`CONTAINERD_MIN` (the distribution's archive).
+CONTAINERD_UNPINNED: tuple[str, ...] = tuple(_REQUIRES["containerd_unpinned"]["value"])
 #: The driver's name: the ``spec.driver`` of its ResourceSlices and the attribute domain its CEL selectors read.
 DRIVER_NAME: str = DATA["driver"]["name"]
 #: The driver image of the release this project renders.

@@ -303,7 +303,9 @@ _node_props = {
             "kind": _e("docker (with containerd underneath) or containerd alone.", ["docker", "containerd"],
                        default="containerd"),
             "docker_source": _e("Where Docker comes from: Docker's repository (mirrors.docker) or the distribution's "
-                                "docker.io package.", ["docker", "distro"], default="docker"),
+                                "docker.io package. With gpu_allocation: dra, distro is refused under Docker and "
+                                "needs a containerd version of 2.0 or newer pinned (CDI).", ["docker", "distro"],
+                                default="docker"),
             "default_shm_size": _s("Docker default-shm-size, e.g. '1g'.", pattern=r"^[0-9]+[bkmg]?$"),
             "log_max_size": _s("Container log rotation size (Docker log-opts max-size).", pattern=r"^[0-9]+[kmg]?$",
                                default="100m"),
