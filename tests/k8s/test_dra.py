@@ -155,3 +155,12 @@ def test_quota_counts_claims_by_kubernetes_object_count_key(cluster: Cluster) ->
     assert solo["count/resourceclaims.resource.k8s.io"] == "1"
     assert not [key for q in _named(cluster, "ResourceQuota").values() for key in q["spec"]["hard"]
                 if "resourceclaims" in key and key != "count/resourceclaims.resource.k8s.io"]
+
+
+def test_the_plugin_pods_carry_the_label_the_mig_applier_restarts_them_by(cluster: Cluster) -> None:
+    from gpu_provision.node.mig.holders import DRA_PLUGIN_LABEL
+
+    (daemonset,) = [o for o in _objects(cluster) if o["kind"] == "DaemonSet" and o["metadata"]["name"] == dra.PLUGIN]
+    key, value = DRA_PLUGIN_LABEL
+    assert daemonset["spec"]["template"]["metadata"]["labels"][key] == value
+    assert daemonset["spec"]["selector"]["matchLabels"] == {key: value}
