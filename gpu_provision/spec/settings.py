@@ -473,7 +473,9 @@ _kubernetes = _obj(
                                      "(nvidia.com/gpu.product, gpu.memory, mig.capable, mig.strategy, "
                                      "gpu.sharing-strategy). Off: GPU Feature Discovery writes them to "
                                      "/etc/kubernetes/node-feature-discovery/features.d/gfd on each node, which "
-                                     "only an NFD worker turns into node labels, and verification skips the check.",
+                                     "only an NFD worker turns into node labels, and verification skips the check. "
+                                     "With gpu_allocation: dra, GPU Feature Discovery runs (without the device "
+                                     "plugin) only when this is on, and its labels are verified the same way.",
                                      default=False),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "

@@ -164,3 +164,22 @@ def test_the_plugin_pods_carry_the_label_the_mig_applier_restarts_them_by(cluste
     key, value = DRA_PLUGIN_LABEL
     assert daemonset["spec"]["template"]["metadata"]["labels"][key] == value
     assert daemonset["spec"]["selector"]["matchLabels"] == {key: value}
+
+
+def test_with_nfd_gfd_runs_beside_the_dra_driver_without_the_device_plugin(cluster: Cluster, make_cluster) -> None:
+    """GPU Feature Discovery serves under DRA where NFD carries its labels to the Node; the device plugin's
+    DaemonSet never comes with it."""
+    text = DRA_CLUSTER.format(version=cluster.kubernetes.version, digest=DIGEST).replace(
+        "    gpu_allocation: dra\n", "    gpu_allocation: dra\n    node_feature_discovery: true\n")
+    with_nfd = make_cluster(text)
+    driver = bundle.manifests(with_nfd)["dra-driver"]
+    daemonsets = [o["metadata"]["name"] for o in driver if o["kind"] == "DaemonSet"]
+    assert daemonsets == [dra.PLUGIN, "gpu-feature-discovery"]
+    assert "device-plugin" not in bundle.manifests(with_nfd)
+    assert {(o["kind"], o["metadata"]["name"]) for o in driver} >= {
+        ("ConfigMap", "nvidia-device-plugin-configs"), ("ServiceAccount", "nvidia-device-plugin")}
+    for obj in driver:
+        kubernetes_validate.validate(obj, f"{with_nfd.kubernetes.minor}.0", strict=True)
+    # Without NFD nothing would read GFD's features file: GFD is left out.
+    assert [o["metadata"]["name"] for o in bundle.manifests(cluster)["dra-driver"]
+            if o["kind"] == "DaemonSet"] == [dra.PLUGIN]

@@ -271,3 +271,19 @@ def test_a_dra_node_without_slices_read_fails() -> None:
                                        (None, "kubectl get resourceslices: forbidden"))
     alloc = next(c for c in judged["checks"] if c["id"] == "node.kubernetes.allocatable")
     assert judged["status"] == "fail" and "forbidden" in alloc["reason"]
+
+
+def test_a_dra_node_with_gfd_labels_is_judged_on_both() -> None:
+    """Under DRA with NFD the slices decide the allocatable check and the Node's labels GFD's check."""
+    from gpu_provision.node.verify.labels import ID
+
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    expect = _dra_expectations()["gpu-1"]
+    expect["kubernetes"]["labels"] = {"exact": {"nvidia.com/mig.capable": "true"}, "products": ["NVIDIA-H200"]}
+    node = {"metadata": {"labels": {"nvidia.com/mig.capable": "true", "nvidia.com/gpu.product": "NVIDIA-H200"}}}
+    judged = incluster.add_allocatable(report, expect, node, None, (json.loads(SLICES.read_text()), None))
+    by_id = {c["id"]: c for c in judged["checks"]}
+    assert judged["status"] == "pass" and by_id[ID]["status"] == "pass"
+    node["metadata"]["labels"]["nvidia.com/mig.capable"] = "false"
+    judged = incluster.add_allocatable(report, expect, node, None, (json.loads(SLICES.read_text()), None))
+    assert judged["status"] == "fail" and {c["id"]: c for c in judged["checks"]}[ID]["status"] == "fail"
