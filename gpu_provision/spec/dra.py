@@ -2,14 +2,21 @@
 
 Each refusal names the threshold and where it comes from (``gpu_provision/data/dra.json``), located at the value
 that falls short: the Kubernetes version, a node's driver branch or version, its containerd version (or a
-distribution containerd left unpinned, or docker.io's), its sharing strategy. A cluster file that passes here can run the driver's kubelet plugin on every GPU node.
+distribution containerd left unpinned, or docker.io's), its sharing strategy. A cluster file that passes here can
+run the driver's kubelet plugin on every GPU node.
 """
 
 from __future__ import annotations
 
 from gpu_provision.node.versions import version_key
 from gpu_provision.spec.context import Context
-from gpu_provision.spec.dradata import CONTAINERD_MIN, CONTAINERD_UNPINNED, DRIVER_BRANCH_MIN, KUBERNETES_MIN
+from gpu_provision.spec.dradata import (
+    ARCHIVE_CONTAINERD,
+    CONTAINERD_MIN,
+    CONTAINERD_UNPINNED,
+    DRIVER_BRANCH_MIN,
+    KUBERNETES_MIN,
+)
 from gpu_provision.spec.model import Cluster, Node
 
 WHY_KUBERNETES = ("the DRA driver needs Kubernetes {min} or newer, where resource.k8s.io/v1 and DRA are on by "
@@ -17,9 +24,10 @@ WHY_KUBERNETES = ("the DRA driver needs Kubernetes {min} or newer, where resourc
 WHY_DRIVER = "the DRA driver needs NVIDIA driver {min} or newer for GPU allocation (driver docs, prerequisites)"
 WHY_RUNTIME = ("the DRA driver hands GPUs to containers through CDI, on by default from containerd {min} "
                "(driver docs, prerequisites)")
-WHY_UNPINNED = ("the distribution's containerd is whatever the node's archive holds, and Ubuntu's release "
-                "pockets ship containerd 1.5.9 (22.04) and 1.7.12 (24.04), older than {min}, the first release with "
-                "CDI on by default (gpu_provision/data/dra.json, containerd_unpinned)")
+WHY_UNPINNED = ("the distribution's containerd is whatever the node's archive holds, and the release pockets ship "
+                "containerd " + ", ".join(f"{v} ({k})" for k, v in ARCHIVE_CONTAINERD.items())
+                + ", older than {min}, the first release with CDI on by default (gpu_provision/data/dra.json, "
+                "containerd_unpinned)")
 WHY_DOCKER_IO = ("the distribution's docker.io runs the archive's containerd, which the file cannot pin "
                  "(container_runtime.version pins Docker) and which may be older than containerd {min}, the first "
                  "release with CDI on by default (gpu_provision/data/dra.json, containerd_unpinned)")

@@ -22,6 +22,8 @@ CONTAINERD_MIN: str = _REQUIRES["containerd_min"]["value"]
 #: The ``container_runtime.docker_source`` values whose containerd, unless pinned, may be older than
 #: :data:`CONTAINERD_MIN` (the distribution's archive).
 CONTAINERD_UNPINNED: tuple[str, ...] = tuple(_REQUIRES["containerd_unpinned"]["value"])
+#: The containerd releases the distributions' release pockets ship, by distribution release (for messages).
+ARCHIVE_CONTAINERD: dict[str, str] = dict(_REQUIRES["containerd_unpinned"]["release_pockets"])
 #: The driver's name: the ``spec.driver`` of its ResourceSlices and the attribute domain its CEL selectors read.
 DRIVER_NAME: str = DATA["driver"]["name"]
 #: The driver image of the release this project renders.

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.spec import load_cluster
-from gpu_provision.spec.dradata import CONTAINERD_UNPINNED, DATA
+from gpu_provision.spec.dradata import ARCHIVE_CONTAINERD, CONTAINERD_UNPINNED, DATA
 
 CLUSTER = """\
 version: v1
@@ -54,3 +54,11 @@ def test_the_requirement_is_kept_in_the_data_file_with_its_source() -> None:
     entry = DATA["requirements"]["containerd_unpinned"]
     assert CONTAINERD_UNPINNED == ("distro",) and entry["source"] in DATA["sources"]
     assert "1.7.12" in DATA["sources"][entry["source"]]
+    # The refusal names the archive's releases from the data file, each as its source read it.
+    assert ARCHIVE_CONTAINERD == {"Ubuntu 22.04": "1.5.9", "Ubuntu 24.04": "1.7.12"}
+    assert all(f"{version}-0ubuntu" in DATA["sources"][entry["source"]] for version in ARCHIVE_CONTAINERD.values())
+
+
+def test_the_refusal_names_the_archive_releases(tmp_path: Path) -> None:
+    with pytest.raises(GpuProvisionError, match=r"1\.5\.9 \(Ubuntu 22\.04\), 1\.7\.12 \(Ubuntu 24\.04\)"):
+        _load(tmp_path, "{kind: containerd, docker_source: distro}")
