@@ -16,7 +16,7 @@ def manifests(cluster: Cluster) -> dict[str, list[Obj]]:
         runtime = [runtime_class()] if runtime_class_name(cluster) else []
         # One allocator per cluster: the DRA driver and the device plugin must never serve the same GPUs.
         if cluster.kubernetes.dra:
-            out["dra-driver"] = runtime + dra.manifests(cluster)
+            out["dra-driver"] = runtime + dra.manifests(cluster) + feature_discovery.without_plugin(cluster)
         else:
             out["device-plugin"] = [*runtime,
                                     *device_plugin.manifests(cluster, feature_discovery.rbac_rules(cluster)),

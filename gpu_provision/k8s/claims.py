@@ -4,8 +4,11 @@ the rights to use claims.
 Quota counts devices per DeviceClass (``<class>.deviceclass.resource.k8s.io/devices``, Kubernetes' DRA quota):
 the team's own numbers on ``gpu.nvidia.com`` and on each MIG profile's class, 0 on every other class this project
 renders, so a claim through the generic ``mig.nvidia.com`` or ``vfio.gpu.nvidia.com`` class cannot go around the
-per-profile numbers. ``requests.nvidia.com/gpu`` stays in the quota for pods that ask for ``nvidia.com/gpu``
-the old way, which the ``gpu.nvidia.com`` class's ``extendedResourceName`` serves.
+per-profile numbers. ``count/resourceclaims.resource.k8s.io`` bounds the team's ResourceClaim objects by the
+devices it may hold (each of its templates claims one device), which also caps claims through a DeviceClass this
+project does not render and so has no device key for. ``requests.nvidia.com/gpu`` stays in the quota for pods that
+ask for ``nvidia.com/gpu`` the old way, which the ``gpu.nvidia.com`` class's ``extendedResourceName`` serves. The
+keys are Kubernetes' own (``gpu_provision/data/dra.json``, ``quota``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from gpu_provision.k8s import dra
 from gpu_provision.k8s.objects import Obj, meta
+from gpu_provision.spec.dradata import QUOTA_CLAIMS, QUOTA_DEVICES
 from gpu_provision.spec.model import Kubernetes, Team
 
 #: The template a pod names for one whole GPU.
@@ -28,7 +32,7 @@ RULES: list[dict[str, Any]] = [
 
 def quota_key(device_class: str) -> str:
     """The ResourceQuota key counting the devices claimed through ``device_class``."""
-    return f"{device_class}.deviceclass.resource.k8s.io/devices"
+    return QUOTA_DEVICES.format(device_class=device_class)
 
 
 def template_name(profile: str) -> str:
@@ -50,10 +54,12 @@ def templates(team: Team) -> list[Obj]:
 
 
 def quota(team: Team, k8s: Kubernetes) -> Obj:
-    """ResourceQuota on the devices of every DeviceClass (the team's numbers, 0 elsewhere) and on the
-    ``nvidia.com/gpu`` and ``nvidia.com/mig-<profile>`` extended resources the classes serve."""
+    """ResourceQuota on the devices of every DeviceClass (the team's numbers, 0 elsewhere), on the number of its
+    ResourceClaims (the devices it may hold in all) and on the ``nvidia.com/gpu`` and ``nvidia.com/mig-<profile>``
+    extended resources the classes serve."""
     allowed = {dra.GPU_CLASS: team.gpus, **{dra.profile_class(p): n for p, n in team.mig.items()}}
     hard = {quota_key(name): str(allowed.get(name, 0)) for name in dra.class_names(k8s)}
+    hard[QUOTA_CLAIMS] = str(sum(allowed.values()))
     hard["requests.nvidia.com/gpu"] = str(team.gpus)
     for profile, count in sorted(team.mig.items()):
         resource = dra.profile_resource(profile)

@@ -17,6 +17,7 @@ from gpu_provision.k8s.device_plugin import GPU_TOLERATION
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.nodes import PRESENT_LABEL
 from gpu_provision.k8s.objects import Obj, meta
+from gpu_provision.node.mig.holders import DRA_PLUGIN_LABEL
 from gpu_provision.node.versions import version_key
 from gpu_provision.spec.dradata import DATA, DEVICE_CLASSES, DRIVER_NAME
 from gpu_provision.spec.model import Cluster, Kubernetes
@@ -153,7 +154,8 @@ def daemonset(cluster: Cluster) -> Obj:
                                                          "KUBELET_PLUGINS_DIRECTORY_PATH")],
         "volumeMounts": [{"name": "driver-root-parent", "mountPath": "/driver-root-parent", "readOnly": True}],
     }
-    selector = {"app.kubernetes.io/name": PLUGIN}
+    # The node's MIG applier finds the plugin's pods by this label to restart them after a MIG change.
+    selector = dict([DRA_PLUGIN_LABEL])
     pod = {
         "serviceAccountName": PLUGIN,
         "priorityClassName": "system-node-critical",

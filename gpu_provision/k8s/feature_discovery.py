@@ -6,7 +6,8 @@ the device plugin's image with the ``gpu-feature-discovery`` command, the plugin
 context, and the same config-manager containers, so GFD reads the node's own device plugin config (MIG strategy,
 sharing) and its labels agree with what the plugin advertises. GFD writes its labels to a features file that Node
 Feature Discovery's worker reads, or with ``kubernetes.node_feature_discovery`` through NFD's NodeFeature API; NFD
-itself is the site's (see that setting).
+itself is the site's (see that setting). Under ``kubernetes.gpu_allocation: dra`` GFD runs where it serves, with
+NFD: it then comes with the plugin's account and config but without the device plugin (:func:`without_plugin`).
 """
 
 from __future__ import annotations
@@ -79,3 +80,12 @@ def daemonset(cluster: Cluster) -> Obj:
         ],
     }
     return device_plugin.system_daemonset(cluster, NAME, pod)
+
+
+def without_plugin(cluster: Cluster) -> list[Obj]:
+    """GFD beside NVIDIA's DRA driver, where its labels reach the Node (with Node Feature Discovery; without it the
+    features file GFD writes has no reader): the device plugin's account and configs, which GFD reads, and GFD's
+    DaemonSet, but not the device plugin, which must not serve the GPUs the DRA driver allocates."""
+    if not cluster.kubernetes.node_feature_discovery:
+        return []
+    return [*device_plugin.rbac(rbac_rules(cluster)), device_plugin.configmap(cluster), daemonset(cluster)]

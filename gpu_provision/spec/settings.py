@@ -303,7 +303,9 @@ _node_props = {
             "kind": _e("docker (with containerd underneath) or containerd alone.", ["docker", "containerd"],
                        default="containerd"),
             "docker_source": _e("Where Docker comes from: Docker's repository (mirrors.docker) or the distribution's "
-                                "docker.io package.", ["docker", "distro"], default="docker"),
+                                "docker.io package. With gpu_allocation: dra, distro is refused under Docker and "
+                                "needs a containerd version of 2.0 or newer pinned (CDI).", ["docker", "distro"],
+                                default="docker"),
             "default_shm_size": _s("Docker default-shm-size, e.g. '1g'.", pattern=r"^[0-9]+[bkmg]?$"),
             "log_max_size": _s("Container log rotation size (Docker log-opts max-size).", pattern=r"^[0-9]+[kmg]?$",
                                default="100m"),
@@ -471,7 +473,9 @@ _kubernetes = _obj(
                                      "(nvidia.com/gpu.product, gpu.memory, mig.capable, mig.strategy, "
                                      "gpu.sharing-strategy). Off: GPU Feature Discovery writes them to "
                                      "/etc/kubernetes/node-feature-discovery/features.d/gfd on each node, which "
-                                     "only an NFD worker turns into node labels, and verification skips the check.",
+                                     "only an NFD worker turns into node labels, and verification skips the check. "
+                                     "With gpu_allocation: dra, GPU Feature Discovery runs (without the device "
+                                     "plugin) only when this is on, and its labels are verified the same way.",
                                      default=False),
         "teams": {"type": "array", "description": "Teams and their GPU quotas.", "items": _team},
         "pod_security": _e("Pod Security Standard every team namespace enforces unless the team sets its own "

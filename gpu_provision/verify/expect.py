@@ -199,19 +199,19 @@ def dra_devices(count: int, layouts: dict[int, GpuLayout]) -> dict[str, int]:
 
 def _kubernetes(node: Any, enabled: bool, dra: bool, feature_labels: bool,
                 layouts: dict[int, GpuLayout]) -> ExpectedKubernetes:
-    """What the node's Kubernetes side should show: the device plugin's allocatable (and GPU Feature Discovery's
-    labels where they reach the node), or DRA's listed devices."""
+    """What the node's Kubernetes side should show: the device plugin's allocatable, or DRA's listed devices; and
+    GPU Feature Discovery's labels where they reach the node (through Node Feature Discovery), in both modes."""
     image = node.verify.container_image
+    labels = gfd_labels(node) if enabled and feature_labels and node.gpus.model else {}
     if dra:
         return ExpectedKubernetes(enabled=enabled, node_name=node.name, allocation="dra",
-                                  devices=dra_devices(node.gpus.count, layouts), pod_image=image)
+                                  devices=dra_devices(node.gpus.count, layouts), pod_image=image, labels=labels)
     return ExpectedKubernetes(
         enabled=enabled, node_name=node.name,
         allocatable=allocatable_for(node.gpus.count, layouts, node.device_plugin.mig_strategy,
                                     node.sharing.replicas if node.sharing.strategy != "none" else 1,
                                     node.sharing.rename_by_default),
-        pod_image=image,
-        labels=gfd_labels(node) if enabled and feature_labels and node.gpus.model else {})
+        pod_image=image, labels=labels)
 
 
 def _label_value(text: str) -> str:

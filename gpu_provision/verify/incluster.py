@@ -3,8 +3,9 @@
 ``manifests(...)`` generates ConfigMaps (the node bundle, whose ``verify`` entry is the agent, and every node's
 expectations) and a DaemonSet that runs the same agent in a pod on every GPU node of the cluster file; each pod
 prints its report as one JSON line and then sleeps, so the report stays in the pod's log. ``collect(...)`` reads
-those logs through kubectl and adds the one check a pod cannot make about itself: the node's allocatable GPU
-resources.
+those logs through kubectl and adds the one check a pod cannot make about itself: the node's GPUs as Kubernetes
+sees them, its allocatable GPU resources or, on a node whose GPUs NVIDIA's DRA driver serves
+(``kubernetes.gpu_allocation: dra``), the devices the node's ResourceSlices list.
 
 The pod sees the host's GPUs through the NVIDIA runtime (``runtimeClassName: nvidia``,
 ``NVIDIA_VISIBLE_DEVICES=all``) without asking the device plugin for any, so verification takes no GPU away
@@ -31,6 +32,7 @@ from gpu_provision.k8s.images import check_reference, with_registry
 from gpu_provision.k8s.nodes import tolerations as toleration_objects
 from gpu_provision.node.verify import checks as agent_checks
 from gpu_provision.node.verify import labels as agent_labels
+from gpu_provision.node.verify import slices as agent_slices
 from gpu_provision.node.verify.report import Check, summarize
 from gpu_provision.spec.model import Cluster, InClusterVerification
 from gpu_provision.spec.namespaces import VERIFICATION
@@ -226,12 +228,21 @@ def report_from_log(node: str, log: str) -> dict[str, Any] | None:
 
 
 def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_json: dict[str, Any] | None,
-                    error: str | None) -> dict[str, Any]:
+                    error: str | None,
+                    slice_list: tuple[dict[str, Any] | None, str | None] | None = None) -> dict[str, Any]:
     """Append ``node.kubernetes.allocatable`` and ``node.kubernetes.labels`` (decided by the agent's own rules from
-    the Node object the controller read) and recount the report."""
+    the Node object the controller read) and recount the report.
+
+    Under DRA the allocatable check judges ``slice_list`` (the node's ResourceSliceList and the error reading it),
+    as the agent does over SSH: no device plugin advertises ``nvidia.com/*`` there.
+    """
     if expect is None or report["status"] == "error":
         return report
-    added = [agent_checks.allocatable_check(node_json, error, expect).to_dict()]
+    if is_dra(expect):
+        found, problem = slice_list or (None, "the node's ResourceSlices were not read")
+        added = [agent_slices.slice_check(found, problem, expect).to_dict()]
+    else:
+        added = [agent_checks.allocatable_check(node_json, error, expect).to_dict()]
     # The labels check replaces the agent's own skip, and is added where labels are expected.
     if ((expect.get("kubernetes") or {}).get("labels")
             or any(c["id"] == agent_labels.ID for c in report["checks"])):
@@ -240,6 +251,25 @@ def add_allocatable(report: dict[str, Any], expect: dict[str, Any] | None, node_
     checks = [c for c in report["checks"] if c["id"] not in ids] + added
     counts = summarize([Check(id=c["id"], status=c["status"]) for c in checks])
     return dict(report, checks=checks, summary=counts, status="fail" if counts["fail"] else "pass")
+
+
+def is_dra(expect: dict[str, Any]) -> bool:
+    """Whether the node's GPUs are allocated through NVIDIA's DRA driver (its expectations name devices)."""
+    return (expect.get("kubernetes") or {}).get("allocation") == "dra"
+
+
+def _get_json(kubeconfig: str | None, *args: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``kubectl get ARGS -o json``, parsed, or the one-line error."""
+    try:
+        return json.loads(kubectl(kubeconfig, "get", *args, "-o", "json")), None
+    except GpuProvisionError as exc:
+        return None, str(exc)
+
+
+def read_slices(kubeconfig: str | None, node: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The ResourceSlices of ``node`` (the field selector the agent uses; driver and node are checked again by
+    :func:`gpu_provision.node.verify.slices.devices`)."""
+    return _get_json(kubeconfig, "resourceslices", "--field-selector", f"spec.nodeName={node}")
 
 
 def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
@@ -265,11 +295,9 @@ def collect(namespace: str = VERIFICATION, kubeconfig: str | None = None,
             reports.append(error_report(node, f"pod {pod['metadata']['name']} ({phase}) has printed no report yet"))
             continue
         expect = expectations.get(node) or {}
-        try:
-            node_json, error = json.loads(kubectl(kubeconfig, "get", "node", node, "-o", "json")), None
-        except GpuProvisionError as exc:
-            node_json, error = None, str(exc)
-        wanted = (expect.get("kubernetes") or {}).get("allocatable")
-        reports.append(add_allocatable(report, expect if wanted else None, node_json, error))
+        node_json, error = _get_json(kubeconfig, "node", node)
+        wanted = is_dra(expect) or (expect.get("kubernetes") or {}).get("allocatable")
+        slice_list = read_slices(kubeconfig, node) if is_dra(expect) else None
+        reports.append(add_allocatable(report, expect if wanted else None, node_json, error, slice_list))
     return reports
 

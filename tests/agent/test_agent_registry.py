@@ -84,6 +84,7 @@ def node(fixtures: Path) -> SimpleNamespace:
         container=None,
         want_devices=3,
         node_object=({"status": {"allocatable": {"nvidia.com/gpu": "2", "nvidia.com/mig-3g.71gb": "1"}}}, None),
+        labelled_node=({"status": {"allocatable": {"nvidia.com/gpu": "2", "nvidia.com/mig-3g.71gb": "1"}}}, None),
         pod=None,
     )
 

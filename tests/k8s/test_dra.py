@@ -144,3 +144,42 @@ def test_device_plugin_mode_keeps_its_objects_and_no_gates(example: Cluster) -> 
     kinds = {o["kind"] for objs in manifests.values() for o in objs}
     assert not kinds & {"DeviceClass", "ResourceClaimTemplate"}
     assert "featureGates" not in kubeadm.init_configuration(example, example.nodes[0], "192.0.2.10")[2]
+
+
+def test_quota_counts_claims_by_kubernetes_object_count_key(cluster: Cluster) -> None:
+    """Kubernetes charges every ResourceClaim as one ``count/resourceclaims.resource.k8s.io`` (its quota
+    evaluator; ``resourceclaims`` alone is no alias): a team may hold as many claims as devices."""
+    research = _named(cluster, "ResourceQuota")[("research", "gpu-quota")]["spec"]["hard"]
+    assert research["count/resourceclaims.resource.k8s.io"] == "7"  # 2 GPUs, 3 + 1 + 1 MIG devices
+    solo = _named(cluster, "ResourceQuota")[("solo", "gpu-quota")]["spec"]["hard"]
+    assert solo["count/resourceclaims.resource.k8s.io"] == "1"
+    assert not [key for q in _named(cluster, "ResourceQuota").values() for key in q["spec"]["hard"]
+                if "resourceclaims" in key and key != "count/resourceclaims.resource.k8s.io"]
+
+
+def test_the_plugin_pods_carry_the_label_the_mig_applier_restarts_them_by(cluster: Cluster) -> None:
+    from gpu_provision.node.mig.holders import DRA_PLUGIN_LABEL
+
+    (daemonset,) = [o for o in _objects(cluster) if o["kind"] == "DaemonSet" and o["metadata"]["name"] == dra.PLUGIN]
+    key, value = DRA_PLUGIN_LABEL
+    assert daemonset["spec"]["template"]["metadata"]["labels"][key] == value
+    assert daemonset["spec"]["selector"]["matchLabels"] == {key: value}
+
+
+def test_with_nfd_gfd_runs_beside_the_dra_driver_without_the_device_plugin(cluster: Cluster, make_cluster) -> None:
+    """GPU Feature Discovery serves under DRA where NFD carries its labels to the Node; the device plugin's
+    DaemonSet never comes with it."""
+    text = DRA_CLUSTER.format(version=cluster.kubernetes.version, digest=DIGEST).replace(
+        "    gpu_allocation: dra\n", "    gpu_allocation: dra\n    node_feature_discovery: true\n")
+    with_nfd = make_cluster(text)
+    driver = bundle.manifests(with_nfd)["dra-driver"]
+    daemonsets = [o["metadata"]["name"] for o in driver if o["kind"] == "DaemonSet"]
+    assert daemonsets == [dra.PLUGIN, "gpu-feature-discovery"]
+    assert "device-plugin" not in bundle.manifests(with_nfd)
+    assert {(o["kind"], o["metadata"]["name"]) for o in driver} >= {
+        ("ConfigMap", "nvidia-device-plugin-configs"), ("ServiceAccount", "nvidia-device-plugin")}
+    for obj in driver:
+        kubernetes_validate.validate(obj, f"{with_nfd.kubernetes.minor}.0", strict=True)
+    # Without NFD nothing would read GFD's features file: GFD is left out.
+    assert [o["metadata"]["name"] for o in bundle.manifests(cluster)["dra-driver"]
+            if o["kind"] == "DaemonSet"] == [dra.PLUGIN]

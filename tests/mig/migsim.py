@@ -86,6 +86,14 @@ class MigNode:
         log = self.root / "systemctl.log"
         return log.read_text().splitlines() if log.exists() else []
 
+    def run_pods(self, pods: dict[str, dict]) -> None:
+        """Pods the crictl stand-in lists (``{ID: {"labels": ..., "state": "ready", "containers": {CID: NAME}}}``)."""
+        (self.root / "crictl.json").write_text(json.dumps({"pods": pods}))
+
+    def crictl_log(self) -> list[str]:
+        log = self.root / "crictl.log"
+        return log.read_text().splitlines() if log.exists() else []
+
     def reboot(self) -> None:
         """A new boot id: the simulator drops instances and (Hopper) MIG mode, as a real reboot does."""
         boot = self.root / "boot_id"
@@ -149,7 +157,7 @@ def make_node(tmp_path: Path) -> MigNode:
     for name in ("nvidia-smi", "gpu-sim"):
         (bin_dir / name).write_text(f'#!/bin/sh\nexec {sys.executable} {SIM} {name} "$@"\n')
         (bin_dir / name).chmod(0o755)
-    for name in ("systemctl", "modprobe"):
+    for name in ("systemctl", "modprobe", "crictl"):
         shutil.copy(STANDINS / name, bin_dir / name)
     kernel = tmp_path / "kernel"
     (kernel / "sys" / "module" / "nvidia" / "holders").mkdir(parents=True)
@@ -162,6 +170,8 @@ def make_node(tmp_path: Path) -> MigNode:
         SYSTEMCTL_STATE=str(tmp_path / "systemctl.json"),
         SYSTEMCTL_LOG=str(tmp_path / "systemctl.log"),
         SYSTEMCTL_HOLDERS="nvidia-dcgm.service nvidia-persistenced.service",
+        CRICTL_STATE=str(tmp_path / "crictl.json"),
+        CRICTL_LOG=str(tmp_path / "crictl.log"),
         MODPROBE_SYSFS=str(kernel / "sys"),
         MODPROBE_PROCFS=str(kernel / "proc"),
         GPU_PROVISION_MIG_RECORD=str(tmp_path / "var" / "mig-stopped.json"),

@@ -84,3 +84,56 @@ def test_read_settled_waits_for_the_devices(monkeypatch: pytest.MonkeyPatch, sam
     spec = {"node_name": "gpu-1", "devices": {"gpu": 1, "mig-1g.18gb": 7}}
     found, error = slices.read_settled(spec, clock=lambda: next(now), sleep=lambda s: None)
     assert error is None and found is sample and not answers
+
+
+NFD_CLUSTER = CLUSTER.replace("kubernetes: {gpu_allocation: dra}",
+                              "kubernetes: {gpu_allocation: dra, node_feature_discovery: true}")
+GFD = {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.memory": "143771",
+       "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
+       "nvidia.com/gpu.sharing-strategy": "none"}
+
+
+@pytest.fixture
+def nfd_expect(tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(NFD_CLUSTER))
+    cluster = load_cluster(path)
+    return from_node(cluster.node("gpu-1"), True, cluster.kubernetes.dra,
+                     cluster.kubernetes.node_feature_discovery).to_dict()
+
+
+def test_under_dra_with_nfd_gfd_labels_are_expected(nfd_expect: dict[str, Any]) -> None:
+    labels = nfd_expect["kubernetes"]["labels"]
+    assert labels["exact"]["nvidia.com/mig.capable"] == "true" and "NVIDIA-H200" in labels["products"]
+    assert nfd_expect["kubernetes"]["devices"] == {"gpu": 1, "mig-1g.18gb": 7}
+
+
+def test_the_agent_reads_the_node_for_labels_beside_its_slices(monkeypatch: pytest.MonkeyPatch,
+                                                                sample: dict[str, Any],
+                                                                nfd_expect: dict[str, Any]) -> None:
+    """Under DRA the allocatable check judges the slices and the labels check the Node, each its own reading."""
+    from gpu_provision.node.verify import node_readings, runtime
+
+    monkeypatch.setattr(slices, "read_settled", lambda spec: (sample, None))
+    monkeypatch.setattr(runtime, "read_node", lambda spec: ({"metadata": {"name": "gpu-1", "labels": GFD}}, None))
+    readings = node_readings.NodeReadings(nfd_expect, None)
+    rows = {r.id: r for r in registry.CHECKS}
+    alloc = rows["node.kubernetes.allocatable"].check(readings.node_object, nfd_expect)
+    labelled = rows["node.kubernetes.labels"]
+    assert labelled.needs == ("labelled_node",)
+    label_check = labelled.check(readings.labelled_node, nfd_expect)
+    assert alloc.status == "pass" and label_check.status == "pass", label_check.reason
+    wrong = dict(GFD, **{"nvidia.com/mig.capable": "false"})
+    monkeypatch.setattr(runtime, "read_node", lambda spec: ({"metadata": {"labels": wrong}}, None))
+    failed = labelled.check(node_readings.NodeReadings(nfd_expect, None).labelled_node, nfd_expect)
+    assert failed.status == "fail" and "mig.capable" in failed.reason
+
+
+def test_without_nfd_the_dra_labels_check_skips(monkeypatch: pytest.MonkeyPatch, sample: dict[str, Any],
+                                                expect: dict[str, Any]) -> None:
+    from gpu_provision.node.verify import node_readings
+
+    monkeypatch.setattr(slices, "read_settled", lambda spec: (sample, None))
+    readings = node_readings.NodeReadings(expect, None)
+    row = next(r for r in registry.CHECKS if r.id == "node.kubernetes.labels")
+    assert readings.labels_job is None and row.check(readings.labelled_node, expect).status == "skip"

@@ -213,3 +213,77 @@ def test_allocatable_mismatch_fails_the_node(expectations: dict[str, dict]) -> N
 
 def test_report_from_log_ignores_other_lines() -> None:
     assert incluster.report_from_log("n", "hello\n{\"other\": 1}\n") is None
+
+
+SLICES = ROOT / "tests" / "fixtures" / "dra" / "resourceslices.json"
+
+
+def _dra_expectations() -> dict[str, dict]:
+    """A DRA node whose ResourceSlices should list one whole GPU and seven 1g.18gb MIG devices (the sample's
+    gpu-1), as ``verify.expect`` writes it for ``kubernetes.gpu_allocation: dra``."""
+    kube = {"enabled": True, "node_name": "gpu-1", "allocation": "dra", "devices": {"gpu": 1, "mig-1g.18gb": 7}}
+    return {"gpu-1": build_expectations("gpu-1", "H200", 2, driver_version="580", kubernetes=kube).to_dict()}
+
+
+def _dra_kubectl(tmp_path: Path, monkeypatch, slices: dict) -> dict:
+    docs = incluster.manifests(_dra_expectations())
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    pods = {"items": [{"metadata": {"name": "gpu-provision-verify-fghij"}, "spec": {"nodeName": "gpu-1"},
+                       "status": {"phase": "Running"}}]}
+    # The device plugin does not run on a DRA node: the Node advertises no nvidia.com/* resource.
+    node = {"metadata": {"name": "gpu-1"}, "status": {"allocatable": {"cpu": "16"}}}
+    _stand_in_kubectl(tmp_path, {
+        "get pods": json.dumps(pods),
+        "get configmap": json.dumps(docs[2]),
+        "logs -n gpu-provision gpu-provision-verify-fghij": json.dumps(report, separators=(",", ":")),
+        "get resourceslices --field-selector spec.nodeName=gpu-1": json.dumps(slices),
+        "get node gpu-1": json.dumps(node),
+    })
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    return report
+
+
+def test_collect_judges_a_dra_node_by_its_resource_slices(tmp_path: Path, monkeypatch) -> None:
+    """A DRA node passes on what its ResourceSlices list, though its Node advertises no nvidia.com/gpu."""
+    report = _dra_kubectl(tmp_path, monkeypatch, json.loads(SLICES.read_text()))
+    (judged,) = incluster.collect()
+    alloc = next(c for c in judged["checks"] if c["id"] == "node.kubernetes.allocatable")
+    assert alloc["status"] == "pass" and alloc["measured"] == {"gpu": 1, "mig-1g.18gb": 7}
+    assert judged["status"] == "pass" and judged["summary"]["total"] == report["summary"]["total"]
+    assert schema_problems(judged) == []
+
+
+def test_collect_fails_a_dra_node_whose_slices_differ(tmp_path: Path, monkeypatch) -> None:
+    slices = json.loads(SLICES.read_text())
+    newest = slices["items"][1]["spec"]
+    newest["devices"] = newest["devices"][:5]
+    _dra_kubectl(tmp_path, monkeypatch, slices)
+    (judged,) = incluster.collect()
+    alloc = next(c for c in judged["checks"] if c["id"] == "node.kubernetes.allocatable")
+    assert judged["status"] == "fail" and alloc["status"] == "fail"
+    assert alloc["reason"] == "ResourceSlice of gpu.nvidia.com differs: gpu=0 (want 1), mig-1g.18gb=5 (want 7)"
+
+
+def test_a_dra_node_without_slices_read_fails() -> None:
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    expect = _dra_expectations()["gpu-1"]
+    judged = incluster.add_allocatable(report, expect, {"status": {"allocatable": {}}}, None,
+                                       (None, "kubectl get resourceslices: forbidden"))
+    alloc = next(c for c in judged["checks"] if c["id"] == "node.kubernetes.allocatable")
+    assert judged["status"] == "fail" and "forbidden" in alloc["reason"]
+
+
+def test_a_dra_node_with_gfd_labels_is_judged_on_both() -> None:
+    """Under DRA with NFD the slices decide the allocatable check and the Node's labels GFD's check."""
+    from gpu_provision.node.verify.labels import ID
+
+    report = json.loads((DEVICE / "verify-report-h200.json").read_text())
+    expect = _dra_expectations()["gpu-1"]
+    expect["kubernetes"]["labels"] = {"exact": {"nvidia.com/mig.capable": "true"}, "products": ["NVIDIA-H200"]}
+    node = {"metadata": {"labels": {"nvidia.com/mig.capable": "true", "nvidia.com/gpu.product": "NVIDIA-H200"}}}
+    judged = incluster.add_allocatable(report, expect, node, None, (json.loads(SLICES.read_text()), None))
+    by_id = {c["id"]: c for c in judged["checks"]}
+    assert judged["status"] == "pass" and by_id[ID]["status"] == "pass"
+    node["metadata"]["labels"]["nvidia.com/mig.capable"] = "false"
+    judged = incluster.add_allocatable(report, expect, node, None, (json.loads(SLICES.read_text()), None))
+    assert judged["status"] == "fail" and {c["id"]: c for c in judged["checks"]}[ID]["status"] == "fail"

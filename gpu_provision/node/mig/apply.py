@@ -136,6 +136,20 @@ def stop_gpu_pods(names) -> list:
     return stopped
 
 
+def stop_labelled_pods(label) -> list:
+    """Stop the containers of the ready pods carrying ``label`` (``(key, value)``; kubelet starts them again)."""
+    if not shutil.which("crictl"):
+        return []
+    rc, out = mig_probe.run(["crictl", "pods", "-q", "--state", "ready", "--label", "=".join(label)])
+    stopped = []
+    for pod in (out or "").split() if rc == 0 else []:
+        rc, containers = mig_probe.run(["crictl", "ps", "-q", "--pod", pod])
+        for cid in (containers or "").split() if rc == 0 else []:
+            if mig_probe.run(["crictl", "stop", cid])[0] == 0:
+                stopped.append(cid)
+    return stopped
+
+
 def gpu_mode(index: int) -> tuple:
     gpu = next((g for g in probe()["gpus"] if g["index"] == index), None)
     if gpu is None:
@@ -244,6 +258,7 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool, takedown: 
             elif action.kind == "stop-services":
                 takedown.stop_units(action.units)
                 stop_gpu_pods(GPU_PODS)
+                stop_labelled_pods(holders.DRA_PLUGIN_LABEL)
             elif action.kind == "cdi-refresh":
                 if shutil.which("nvidia-ctk"):
                     run(mig_layout.commands(action)[0])
@@ -261,6 +276,10 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool, takedown: 
         restored = takedown.restore()
     if device_plugin and stop_gpu_pods(GPU_PODS[:1]):
         say("restarted the device plugin")
+    # On a DRA node the kubelet plugin lists the node's devices only as it starts: restarted, it publishes the MIG
+    # devices just made (the device plugin, absent there, is found by no name).
+    if device_plugin and stop_labelled_pods(holders.DRA_PLUGIN_LABEL):
+        say("restarted the DRA kubelet plugin: its ResourceSlices list the new MIG devices")
     return restored
 
 
@@ -395,7 +414,7 @@ def main(argv=None) -> int:
                         help="how long to wait for another applier holding the lock (default: %(default)g)")
     parser.add_argument("--cdi-output", default=mig_layout.CDI_OUTPUT, metavar="PATH",
                         help="CDI spec regenerated after a change (empty: the node keeps none)")
-    parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin restart")
+    parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin or DRA plugin restart")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     command = args.command

@@ -1,4 +1,5 @@
-"""Which systemd units hold a GPU: the one decision, for the node applier, ``mig-assert`` and the deploy's plan.
+"""Which systemd units hold a GPU: the one decision, for the node applier, ``mig-assert`` and the deploy's plan;
+and the label of the one GPU-holding pod found by label, NVIDIA's DRA kubelet plugin.
 
 A MIG change needs the GPU free of handles, so the units that may hold one are stopped before the change and started
 again after it. Instance changes need the Kubernetes side and DCGM gone (as NVIDIA mig-parted's hooks do); a MIG
@@ -21,6 +22,11 @@ from typing import Mapping, Optional, Sequence, Set
 INSTANCE_HOLDERS = ("kubelet.service", "dcgm-exporter.service", "nvidia-dcgm.service", "nvsm.service",
                     "nvidia-persistenced.service")
 MODE_HOLDERS = INSTANCE_HOLDERS + ("nvidia-fabricmanager.service",)
+#: The pod label of NVIDIA's DRA kubelet plugin, as :mod:`gpu_provision.k8s.dra` renders its DaemonSet (it takes
+#: the label from here). The plugin holds the GPUs through NVML and announces what it found at start in the node's
+#: ResourceSlices, so the applier stops its containers before a MIG change and restarts them after one: it then
+#: publishes the new MIG devices. A node without the DRA driver has no pod carrying it.
+DRA_PLUGIN_LABEL = ("app.kubernetes.io/name", "dra-driver-nvidia-gpu-kubelet-plugin")
 #: systemd ``ActiveState`` values of a unit that holds (or is about to hold) a GPU.
 HOLDING_STATES = ("active", "activating", "reloading")
 

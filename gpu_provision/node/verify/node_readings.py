@@ -20,7 +20,7 @@ from .probes import Background, Probes, Relaunch, device_result, libcuda_problem
 DEFAULT_PATHS = {"sysfs": "/sys", "dev": "/dev", "proc": "/proc", "nvidia_smi": "nvidia-smi",
                  "libcuda": "libcuda.so.1"}
 #: Readings whose work starts before the first check, so it runs while the others are taken.
-BACKGROUND = ("cuda_probes", "container_job", "node_job", "pod_job")
+BACKGROUND = ("cuda_probes", "container_job", "node_job", "labels_job", "pod_job")
 
 
 class NodeReadings:
@@ -281,6 +281,25 @@ class NodeReadings:
         if self.node_job is None:
             return None
         box = self.node_job.outcome()
+        return box.get("value") or (None, box.get("error"))
+
+    @cached_property
+    def labels_job(self) -> Background | None:
+        """Under DRA, this node's Node object read in a thread for GPU Feature Discovery's labels, where they are
+        expected (None elsewhere: without DRA the Node is :attr:`node_object`)."""
+        wanted = self.kube.get("enabled") and self.kube.get("allocation") == "dra" and self.kube.get("labels")
+        return Background(runtime.read_node, self.kube) if wanted else None
+
+    @cached_property
+    def labelled_node(self) -> tuple[dict[str, Any] | None, str | None] | None:
+        """``(Node object, error)`` whose labels GPU Feature Discovery set: :attr:`node_object`, or under DRA the
+        Node read beside its ResourceSlices (``(None, None)`` where no labels are expected); None outside
+        Kubernetes."""
+        if self.kube.get("allocation") != "dra" or self.node_job is None:
+            return self.node_object
+        if self.labels_job is None:
+            return None, None
+        box = self.labels_job.outcome()
         return box.get("value") or (None, box.get("error"))
 
     @cached_property

@@ -193,7 +193,7 @@ CHECKS: tuple[Row, ...] = (
     Row("node.container.gpus", "node", ("container", "want_devices"), _container, guarded=False,
         workload=True),
     Row("node.kubernetes.allocatable", "node", ("node_object",), _allocatable),
-    Row(labels.ID, "node", ("node_object",), _labels),
+    Row(labels.ID, "node", ("labelled_node",), _labels),
     Row("node.kubernetes.pod_cuda", "node", ("pod",), _pod, workload=True),
 )
 
