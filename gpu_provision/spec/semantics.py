@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
@@ -21,6 +22,7 @@ from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.resolve import mig_strategy_for, origin
 from gpu_provision.spec.schema import trap
+from gpu_provision.spec.settings import ADDRESS
 from gpu_provision.spec.yamlsafe import Path
 
 
@@ -112,27 +114,35 @@ def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
                 ctx.add((*where, "key_file"), problem)
 
 
-#: An RFC 1123 host name: dot-separated labels of letters, digits and '-', none starting or ending with '-'.
-_HOST_NAME = re.compile(r"(?=.{1,253}\.?\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
-                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
+#: A node address's one form (see settings.ADDRESS), matched as a whole value.
+_ADDRESS = re.compile(ADDRESS)
 
 
 def canonical_address(address: str) -> str | None:
     """``address`` in one spelling per host (``::1`` for ``0:0::1``, host names in lower case), None if not valid.
 
     A node address is handed to SSH and written into node configuration: an IP literal or an RFC 1123 host name only,
-    so whitespace, control characters or a leading '-' (read as an option) never reach a command line.
+    so whitespace, control characters or a leading '-' (read as an option) never reach a command line. A name that
+    inet_aton(3) would read as an IPv4 address ('10' is 0.0.0.10, '0x7f.1' is 127.0.0.1) but that is no dotted quad
+    is a malformed address, not a host name: SSH or a resolver would connect somewhere the file does not name.
     """
+    if not _ADDRESS.fullmatch(address):
+        return None
     try:
         return ipaddress.ip_address(address).compressed
     except ValueError:
         pass
-    # RFC 1123 section 2.1: a dotted host name's last label is never all digits, so '999.1.1.1' or '10.1' (which
-    # inet_aton reads as 10.0.0.1) is a malformed address, not a name.
-    labels = address.rstrip(".").split(".")
-    if not _HOST_NAME.match(address) or (len(labels) > 1 and labels[-1].isdigit()):
+    if ":" in address or _inet_aton_reads(address):
         return None
     return address.lower().rstrip(".")
+
+
+def _inet_aton_reads(name: str) -> bool:
+    try:
+        socket.inet_aton(name)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
@@ -141,7 +151,7 @@ def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
         if addresses[index] is None:
             ctx.add(("nodes", index, "address"), f"{node.address!r} is not an IP address or a host name (allowed: an "
                                                  "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' "
-                                                 "whose last label is not all digits)")
+                                                 "that does not look like an IPv4 address)")
     for attr, values in (("name", [node.name for node in cluster.nodes]), ("address", addresses)):
         counts = Counter(values)
         first: dict[str, int] = {}

@@ -91,6 +91,19 @@ _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
 _TAINT = rf"^{_LABEL_KEY_PART}(={_LABEL_VALUE_PART})?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+#: A node's address: an IPv4 address as a dotted quad, an IPv6 address (with an optional interface scope of letters,
+#: digits, '_', '.' and '-'), or an RFC 1123 host name (https://www.rfc-editor.org/rfc/rfc1123#section-2.1: letters,
+#: digits and '-', labels of at most 63, 253 in all) that does not look like an IPv4 address: the section says a
+#: valid host name never has the syntax of a dotted-decimal number, so no label-wise number form inet_aton(3) reads
+#: ('10', '0x7f.1', '017.1') and no name whose last label is all digits ('999.1.1.1'). ipaddress checks the IP
+#: forms again; the value is handed to SSH, so it never starts with '-' or holds spaces or shell characters.
+_IPV4_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_INET_ATON_PART = r"(0[xX][0-9A-Fa-f]*|[0-9]+)"
+ADDRESS = (rf"^({_IPV4_OCTET}(\.{_IPV4_OCTET}){{3}}"
+           r"|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(%[A-Za-z0-9_.-]{1,15})?"
+           rf"|(?!{_INET_ATON_PART}(\.{_INET_ATON_PART})*\.?$)(?!([^.]*\.)*[0-9]+\.?$)(?=.{{1,253}}$)"
+           rf"{_HOST_LABEL}(\.{_HOST_LABEL})*\.?)$")
 #: A GPU index in one spelling: '7', never '07' (two spellings of one GPU would let the second silently win).
 _GPU_INDEX = r"^(0|[1-9][0-9]?)$"
 #: A package version to pin: an optional epoch, then a version starting with a digit (Debian policy 5.6.12; rpm
@@ -133,6 +146,8 @@ FORMS: dict[str, str] = {
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
     r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.36.4'",
+    ADDRESS: "an IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' that does not look like an "
+             "IPv4 address: no label-wise number such as '10' or '0x7f.1' and no last label of digits only",
     _TAINT: "key[=value]:Effect with a Kubernetes label key and value and Effect NoSchedule, PreferNoSchedule or "
             "NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
@@ -393,7 +408,8 @@ _node = _obj(
     "One node.",
     {
         "name": _s("Node name (also its Kubernetes node name).", pattern=_NAME),
-        "address": _s("Address or host name the controller connects to.", minLength=1),
+        "address": {**_s("Address or host name the controller connects to.", minLength=1, pattern=ADDRESS),
+                    "x-problem": "is not an IP address or a host name"},
         "group": _s("Node group whose settings this node inherits."),
         **_node_props,
     },
