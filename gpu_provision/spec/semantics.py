@@ -376,6 +376,9 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
                                                            "family; dual-stack is not supported)")
     elif pods and services and pods.overlaps(services):
         ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} overlaps the pod CIDR {pods}")
+    problem = _endpoint_problem(k8s.control_plane_endpoint) if k8s.control_plane_endpoint else None
+    if problem:
+        ctx.add(("cluster", "kubernetes", "control_plane_endpoint"), problem)
     if pods:
         _address_families(cluster, ctx, pods.version)
     for index, node in enumerate(cluster.nodes):
@@ -428,12 +431,25 @@ def _endpoint_host(endpoint: str) -> str:
     return endpoint if _ip_version(endpoint) == 6 else endpoint.rpartition(":")[0] or endpoint
 
 
+def _endpoint_problem(endpoint: str) -> str | None:
+    """What is wrong with the endpoint's host or port (the schema only checked their form), else None."""
+    host = _endpoint_host(endpoint)
+    port = endpoint.rpartition("]:")[2] if endpoint.startswith("[") else "" if _ip_version(endpoint) == 6 \
+        else endpoint.rpartition(":")[2] if ":" in endpoint else ""
+    if canonical_address(host) is None:
+        return (f"'{endpoint}' is not an API server endpoint: '{host}' is not an IP address or a host name (allowed: "
+                "an IPv4 or IPv6 address, or an RFC 1123 host name that does not look like an IPv4 address)")
+    if port and not 1 <= int(port) <= 65535:
+        return f"'{endpoint}' is not an API server endpoint: port {port} is out of range (allowed: 1 to 65535)"
+    return None
+
+
 def _address_families(cluster: Cluster, ctx: Context, family: int) -> None:
     # kubeadm's single-stack cluster takes one address family for the API endpoint, the addresses control planes
     # advertise and the pod and service subnets; dual-stack (two subnets each) cannot be stated.
     want = f"an IPv{family} address like the pod and service CIDRs (dual-stack is not supported)"
     endpoint = cluster.kubernetes.control_plane_endpoint
-    if endpoint and _ip_version(_endpoint_host(endpoint)) not in (None, family):
+    if endpoint and not _endpoint_problem(endpoint) and _ip_version(_endpoint_host(endpoint)) not in (None, family):
         ctx.add(("cluster", "kubernetes", "control_plane_endpoint"),
                 f"'{endpoint}' is an IPv{_ip_version(_endpoint_host(endpoint))} endpoint in an IPv{family} cluster "
                 f"(allowed: {want}, or a host name)")

@@ -23,6 +23,7 @@ from gpu_provision.spec import load_cluster
 from gpu_provision.spec.semantics import canonical_address
 from gpu_provision.spec.settings import (
     ADDRESS,
+    ENDPOINT,
     IMAGE_REFERENCE,
     LABEL_KEY,
     LABEL_VALUE,
@@ -152,6 +153,23 @@ def test_addresses_and_host_names_are_taken(address: str) -> None:
 @pytest.mark.parametrize("address", ["fe80::1%eth0;id", "fe80::1%$(id)", "fe80::1% x", "-oProxyCommand=x"])
 def test_ipv6_scopes_and_options_are_refused(address: str) -> None:
     assert canonical_address(address) is None and not re.fullmatch(ADDRESS, address)
+
+
+@pytest.mark.parametrize("endpoint", ["999.1.1.1:6443", "10:6443", "0x7f.1", "017.1:6443", "-oProxyCommand=x:1",
+                                      "api.lab:", "[fd00::1", "api.lab:70000", "fe80::1%eth0;id", "api lab:6443"])
+def test_control_plane_endpoints_shaped_like_a_malformed_address_are_refused(tmp_path: Path, endpoint: str,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text = HEAD.replace("{enabled: false}", f"{{enabled: true, control_plane_endpoint: '{endpoint}'}}") + \
+        "    role: control-plane\n"
+    lines = _refused(tmp_path, text, capsys)
+    assert any("$.cluster.kubernetes.control_plane_endpoint: " in line and "is not an API server endpoint" in line
+               for line in lines), lines
+
+
+@pytest.mark.parametrize("endpoint", ["api.lab", "api.lab:6443", "10.0.0.1", "10.0.0.1:6443", "[fd00::1]:6443",
+                                      "fd00::1", "GPU-API.Lab.:443"])
+def test_control_plane_endpoints_of_an_address_and_port_are_taken(endpoint: str) -> None:
+    assert re.fullmatch(ENDPOINT, endpoint)
 
 
 def test_one_gpu_named_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
