@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from gpu_provision import __version__, commands
 from gpu_provision.commands.args import EXIT_ERROR
-from gpu_provision.errors import GpuProvisionError, SpecError
+from gpu_provision.errors import GpuProvisionError, SpecError, one_line
 
 
 class UsageError(Exception):
@@ -73,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpuProvisionError as exc:
         if args.verbose:
             traceback.print_exc()
-        return _fail(str(exc), "spec" if isinstance(exc, SpecError) else "error", as_json)
+        if isinstance(exc, SpecError):  # one line per problem, each made one line by SpecProblem
+            return _fail("\n".join(str(p) for p in exc.problems), "spec", as_json)
+        return _fail(one_line(str(exc)), "error", as_json)
     except KeyboardInterrupt:
         _fail("interrupted", "interrupted", as_json)
         return 130

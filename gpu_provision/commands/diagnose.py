@@ -59,12 +59,24 @@ def expectations_of(host: Any) -> Any:
     from gpu_provision.inventory import cluster_for, node_for
 
     try:
-        node, cluster = node_for(host), cluster_for(host)
-    except Exception:  # a host outside the cluster file (@local without GPU_PROVISION_NODE) is still collected
-        return DoctorExpectations()
+        cluster, node = cluster_for(host), node_for(host)  # the file first: its absence says more
+    except Exception as exc:  # a host outside the cluster file (@local without GPU_PROVISION_NODE) is still collected
+        return DoctorExpectations(left_out=left_out_reason(exc))
     image = node.verify.container_image
     return DoctorExpectations(users=node.permissions.users, images={image: node.driver.cuda_min} if image else {},
                         runtime=node.container_runtime.kind, kubernetes=cluster.kubernetes.enabled)
+
+
+def left_out_reason(exc: Exception) -> str:
+    """Why a host's declared state is left out, in one line: no cluster file, the node not in it, the file invalid."""
+    from gpu_provision.errors import GpuProvisionError, SpecError, one_line
+
+    if isinstance(exc, SpecError) and exc.problems:
+        first = exc.problems[0]
+        more = len(exc.problems) - 1
+        return one_line(f"the cluster file {first.file} is invalid: {first}" + (f" (and {more} more problem"
+                        f"{'s' * (more != 1)}; gpu-provision validate {first.file} lists them)" if more else ""))
+    return one_line(str(exc) if isinstance(exc, GpuProvisionError) else f"{type(exc).__name__}: {exc}")
 
 
 def verify_expectations(host: Any) -> dict[str, Any] | None:
@@ -200,8 +212,9 @@ def diagnosis_of(result: Any) -> Any:
         return NodeDiagnosis(node=result.name, error=result.unreached)
     if isinstance(result.value, Exception):
         return NodeDiagnosis(node=result.name, error=str(result.value))
-    return NodeDiagnosis(node=result.name, bundle=result.value,
-                         findings=examine(from_archive(result.value, node=result.name), RULES + DECLARED))
+    evidence = from_archive(result.value, node=result.name)
+    return NodeDiagnosis(node=result.name, bundle=result.value, findings=examine(evidence, RULES + DECLARED),
+                         declared_state_left_out=evidence.expect.left_out)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(h200, H200, 'NVIDIA H200', a100-80gb).",
         ["gpu-provision mig-plan --gpu h200", "gpu-provision mig-plan --gpu H200 '1g.18gb x2 + 2g.35gb + 3g.71gb'",
          "gpu-provision mig-plan --gpu 'NVIDIA H100 80GB HBM3' '7g.80gb' --json"],
-        findings="the layout does not fit", errors="an unknown model or profile, or a model without MIG")
+        findings="the layout does not fit",
+        errors="an unknown model or profile, a model without MIG, or a layout argument that cannot be read")
     p.add_argument("--gpu", required=True, help="GPU model: catalog key or product name, any case (e.g. h200)")
     p.add_argument("layout", nargs="?", help="e.g. '1g.18gb x2 + 2g.35gb + 3g.71gb'; omit to list profiles")
     p.set_defaults(handler=mig_plan)

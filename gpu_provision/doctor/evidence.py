@@ -26,23 +26,27 @@ class DoctorExpectations:
     """What the cluster file says about the node, as the rules need it; every field may be unknown.
 
     ``images``: container image -> the CUDA version the file declares for it (``driver.cuda_min``), or None.
+    ``left_out``: why the cluster file's declared state is not in the bundle (no cluster file, the node not in it,
+    the file invalid), None when it is: the doctor then has only its known-fault rules, and says so.
     """
 
     users: tuple[str, ...] = ()
     images: dict[str, str | None] = field(default_factory=dict)
     runtime: str | None = None
     kubernetes: bool = False
+    left_out: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The form kept in the bundle as ``expectations.json``."""
         return {"users": list(self.users), "images": self.images, "runtime": self.runtime,
-                "kubernetes": self.kubernetes}
+                "kubernetes": self.kubernetes, "declared_state_left_out": self.left_out}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DoctorExpectations:
         """Read back :meth:`to_json`'s form."""
         return cls(users=tuple(doc.get("users") or ()), images=dict(doc.get("images") or {}),
-                   runtime=doc.get("runtime"), kubernetes=bool(doc.get("kubernetes")))
+                   runtime=doc.get("runtime"), kubernetes=bool(doc.get("kubernetes")),
+                   left_out=doc.get("declared_state_left_out"))
 
 
 @dataclass(frozen=True)

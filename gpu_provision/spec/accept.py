@@ -23,7 +23,7 @@ Check = Callable[[Any], bool]
 
 #: Keywords that only annotate or document; they never refuse a value.
 _ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description", "default", "examples", "x-allowed",
-                          "$defs", "definitions", "deprecated", "readOnly", "writeOnly"})
+                          "x-problem",                           "$defs", "definitions", "deprecated", "readOnly", "writeOnly"})
 #: RFC 3339 date-time, as strict as any format checker jsonschema may use.
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z")
 

@@ -125,6 +125,11 @@ def format_layout(counts: dict[str, int]) -> str:
     return " + ".join(f"{n} x{c}" if c > 1 else n for n, c in counts.items() if c)
 
 
+#: The most instances of one profile a written layout may ask for: far above any GPU's limit (seven), so a count
+#: over the limit is still a layout that does not fit, said as such, and small enough to plan without harm.
+MAX_COUNT = 999
+
+
 def parse_layout(text: str) -> dict[str, int]:
     """Parse ``"1g.18gb x2 + 2g.35gb + 3g.71gb"`` or ``"1g.18gb=2,3g.71gb=1"`` into profile counts."""
     counts: dict[str, int] = {}
@@ -134,10 +139,13 @@ def parse_layout(text: str) -> dict[str, int]:
         if not part:
             continue
         name, _, count = part.replace("=", " x").replace("*", " x").partition(" x")
-        name = name.strip()
-        try:
-            number = int(count) if count.strip() else 1
-        except ValueError:
-            raise MigLayoutError(f"cannot read '{part}' (expected PROFILE or PROFILE xN)", profile=name) from None
-        counts[name] = counts.get(name, 0) + number
+        name, count = name.strip(), count.strip()
+        # A count is decimal, from 1 to MAX_COUNT, and so is a profile's total over its terms: 'x0', 'x-1' or
+        # 'x99999999999999' is a mistyped argument ('x-1' placed nothing and reported a fit; a huge count exhausted
+        # memory).
+        total = counts.get(name, 0) + (int(count) if re.fullmatch(r"[1-9][0-9]{0,5}", count) else 0 if count else 1)
+        if total == counts.get(name, 0) or total > MAX_COUNT:
+            raise MigLayoutError(f"cannot read '{part}' (expected PROFILE or PROFILE xN, N from 1 to {MAX_COUNT} "
+                                 "in all)", profile=name)
+        counts[name] = total
     return counts

@@ -164,6 +164,8 @@ def _problems(error: jsonschema.ValidationError, positions: Positions) -> list[t
         if written and not isinstance(instance, (dict, list)):
             got += f" {shown}"
         return [(path, f"expected {' or '.join(value) if isinstance(value, list) else value}, got {got}{hint}", False)]
+    if v == "pattern" and schema.get("x-problem"):  # a setting with its own words for a value out of its form
+        return [(path, f"{shown} {schema['x-problem']}{hint}", False)]
     if v == "pattern":
         return [(path, f"{shown} is not in the expected form{hint or f' (pattern: {value})'}", False)]
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):

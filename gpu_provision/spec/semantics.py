@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 from collections import Counter
 
 from gpu_provision.errors import MigLayoutError
@@ -21,6 +22,7 @@ from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.resolve import mig_strategy_for, origin
 from gpu_provision.spec.schema import trap
+from gpu_provision.spec.settings import ADDRESS
 from gpu_provision.spec.yamlsafe import Path
 
 
@@ -112,27 +114,35 @@ def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
                 ctx.add((*where, "key_file"), problem)
 
 
-#: An RFC 1123 host name: dot-separated labels of letters, digits and '-', none starting or ending with '-'.
-_HOST_NAME = re.compile(r"(?=.{1,253}\.?\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
-                        r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z")
+#: A node address's one form (see settings.ADDRESS), matched as a whole value.
+_ADDRESS = re.compile(ADDRESS)
 
 
 def canonical_address(address: str) -> str | None:
     """``address`` in one spelling per host (``::1`` for ``0:0::1``, host names in lower case), None if not valid.
 
     A node address is handed to SSH and written into node configuration: an IP literal or an RFC 1123 host name only,
-    so whitespace, control characters or a leading '-' (read as an option) never reach a command line.
+    so whitespace, control characters or a leading '-' (read as an option) never reach a command line. A name that
+    inet_aton(3) would read as an IPv4 address ('10' is 0.0.0.10, '0x7f.1' is 127.0.0.1) but that is no dotted quad
+    is a malformed address, not a host name: SSH or a resolver would connect somewhere the file does not name.
     """
+    if not _ADDRESS.fullmatch(address):
+        return None
     try:
         return ipaddress.ip_address(address).compressed
     except ValueError:
         pass
-    # RFC 1123 section 2.1: a dotted host name's last label is never all digits, so '999.1.1.1' or '10.1' (which
-    # inet_aton reads as 10.0.0.1) is a malformed address, not a name.
-    labels = address.rstrip(".").split(".")
-    if not _HOST_NAME.match(address) or (len(labels) > 1 and labels[-1].isdigit()):
+    if ":" in address or _inet_aton_reads(address):
         return None
     return address.lower().rstrip(".")
+
+
+def _inet_aton_reads(name: str) -> bool:
+    try:
+        socket.inet_aton(name)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
@@ -141,7 +151,7 @@ def _unique_nodes(cluster: Cluster, ctx: Context) -> None:
         if addresses[index] is None:
             ctx.add(("nodes", index, "address"), f"{node.address!r} is not an IP address or a host name (allowed: an "
                                                  "IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' "
-                                                 "whose last label is not all digits)")
+                                                 "that does not look like an IPv4 address)")
     for attr, values in (("name", [node.name for node in cluster.nodes]), ("address", addresses)):
         counts = Counter(values)
         first: dict[str, int] = {}
@@ -366,6 +376,9 @@ def _kubernetes(cluster: Cluster, ctx: Context) -> None:
                                                            "family; dual-stack is not supported)")
     elif pods and services and pods.overlaps(services):
         ctx.add(("cluster", "kubernetes", "service_cidr"), f"service CIDR {services} overlaps the pod CIDR {pods}")
+    problem = _endpoint_problem(k8s.control_plane_endpoint) if k8s.control_plane_endpoint else None
+    if problem:
+        ctx.add(("cluster", "kubernetes", "control_plane_endpoint"), problem)
     if pods:
         _address_families(cluster, ctx, pods.version)
     for index, node in enumerate(cluster.nodes):
@@ -418,12 +431,25 @@ def _endpoint_host(endpoint: str) -> str:
     return endpoint if _ip_version(endpoint) == 6 else endpoint.rpartition(":")[0] or endpoint
 
 
+def _endpoint_problem(endpoint: str) -> str | None:
+    """What is wrong with the endpoint's host or port (the schema only checked their form), else None."""
+    host = _endpoint_host(endpoint)
+    port = endpoint.rpartition("]:")[2] if endpoint.startswith("[") else "" if _ip_version(endpoint) == 6 \
+        else endpoint.rpartition(":")[2] if ":" in endpoint else ""
+    if canonical_address(host) is None:
+        return (f"'{endpoint}' is not an API server endpoint: '{host}' is not an IP address or a host name (allowed: "
+                "an IPv4 or IPv6 address, or an RFC 1123 host name that does not look like an IPv4 address)")
+    if port and not 1 <= int(port) <= 65535:
+        return f"'{endpoint}' is not an API server endpoint: port {port} is out of range (allowed: 1 to 65535)"
+    return None
+
+
 def _address_families(cluster: Cluster, ctx: Context, family: int) -> None:
     # kubeadm's single-stack cluster takes one address family for the API endpoint, the addresses control planes
     # advertise and the pod and service subnets; dual-stack (two subnets each) cannot be stated.
     want = f"an IPv{family} address like the pod and service CIDRs (dual-stack is not supported)"
     endpoint = cluster.kubernetes.control_plane_endpoint
-    if endpoint and _ip_version(_endpoint_host(endpoint)) not in (None, family):
+    if endpoint and not _endpoint_problem(endpoint) and _ip_version(_endpoint_host(endpoint)) not in (None, family):
         ctx.add(("cluster", "kubernetes", "control_plane_endpoint"),
                 f"'{endpoint}' is an IPv{_ip_version(_endpoint_host(endpoint))} endpoint in an IPv{family} cluster "
                 f"(allowed: {want}, or a host name)")

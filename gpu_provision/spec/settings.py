@@ -91,6 +91,30 @@ _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
 _TAINT = rf"^{_LABEL_KEY_PART}(={_LABEL_VALUE_PART})?:(NoSchedule|PreferNoSchedule|NoExecute)$"
+#: A node's address: an IPv4 address as a dotted quad, an IPv6 address (with an optional interface scope of letters,
+#: digits, '_', '.' and '-'), or an RFC 1123 host name (https://www.rfc-editor.org/rfc/rfc1123#section-2.1: letters,
+#: digits and '-', labels of at most 63, 253 in all) that does not look like an IPv4 address: the section says a
+#: valid host name never has the syntax of a dotted-decimal number, so no label-wise number form inet_aton(3) reads
+#: ('10', '0x7f.1', '017.1') and no name whose last label is all digits ('999.1.1.1'). ipaddress checks the IP
+#: forms again; the value is handed to SSH, so it never starts with '-' or holds spaces or shell characters.
+_IPV4_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4 = rf"{_IPV4_OCTET}(\.{_IPV4_OCTET}){{3}}"
+#: At least two colons, as every IPv6 address has, so 'host:port' never reads as one.
+_IPV6 = r"[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(%[A-Za-z0-9_.-]{1,15})?"
+_HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_INET_ATON_PART = r"(0[xX][0-9A-Fa-f]*|[0-9]+)"
+
+
+def _host_name(end: str) -> str:
+    """An RFC 1123 host name followed by ``end`` (a lookahead's end of the name): no label-wise inet_aton number,
+    no last label of digits only, at most 253 characters."""
+    return (rf"(?!{_INET_ATON_PART}(\.{_INET_ATON_PART})*\.?{end})(?!([^.:]*\.)*[0-9]+\.?{end})"
+            rf"(?=[^:]{{1,253}}{end}){_HOST_LABEL}(\.{_HOST_LABEL})*\.?")
+
+
+ADDRESS = rf"^({_IPV4}|{_IPV6}|{_host_name('$')})$"
+#: The API server's endpoint: an address as above, then an optional port; an IPv6 address with a port in brackets.
+ENDPOINT = rf"^(({_IPV4}|{_host_name('(:|$)')})(:[0-9]{{1,5}})?|{_IPV6}|\[{_IPV6}\](:[0-9]{{1,5}})?)$"
 #: A GPU index in one spelling: '7', never '07' (two spellings of one GPU would let the second silently win).
 _GPU_INDEX = r"^(0|[1-9][0-9]?)$"
 #: A package version to pin: an optional epoch, then a version starting with a digit (Debian policy 5.6.12; rpm
@@ -133,6 +157,10 @@ FORMS: dict[str, str] = {
     r"^0?[0-7]{3}$": "an octal mode such as '0660' (quote it in YAML)",
     r"^[a-z_][a-z0-9_-]*$": "a Unix user or group name",
     r"^1\.[0-9]{2}\.[0-9]+$": "a Kubernetes version such as '1.36.4'",
+    ADDRESS: "an IPv4 or IPv6 address, or an RFC 1123 host name such as 'gpu-01.lab' that does not look like an "
+             "IPv4 address: no label-wise number such as '10' or '0x7f.1' and no last label of digits only",
+    ENDPOINT: "an address or host name as nodes[].address takes it, then an optional ':PORT'; an IPv6 address with "
+              "a port in brackets, such as '[fd00::10]:6443'",
     _TAINT: "key[=value]:Effect with a Kubernetes label key and value and Effect NoSchedule, PreferNoSchedule or "
             "NoExecute",
     IMAGE_REFERENCE: IMAGE_REFERENCE_FORM,
@@ -395,7 +423,8 @@ _node = _obj(
     "One node.",
     {
         "name": _s("Node name (also its Kubernetes node name).", pattern=_NAME),
-        "address": _s("Address or host name the controller connects to.", minLength=1),
+        "address": {**_s("Address or host name the controller connects to.", minLength=1, pattern=ADDRESS),
+                    "x-problem": "is not an IP address or a host name"},
         "group": _s("Node group whose settings this node inherits."),
         **_node_props,
     },
@@ -442,8 +471,9 @@ _kubernetes = _obj(
                       pattern=r"^1\.[0-9]{2}\.[0-9]+$", default=KUBERNETES_VERSION),
         "pod_cidr": _s("Pod network CIDR.", pattern=_CIDR, default="10.244.0.0/16"),
         "service_cidr": _s("Service network CIDR.", pattern=_CIDR, default="10.96.0.0/12"),
-        "control_plane_endpoint": _s("Stable address (host[:port]) of the API server; default: the first "
-                                     "control plane's address."),
+        "control_plane_endpoint": {**_s("Stable address (host[:port]) of the API server; default: the first "
+                                        "control plane's address.", pattern=ENDPOINT),
+                                   "x-problem": "is not an API server endpoint"},
         "cni": _e("CNI plugin.", ["flannel", "calico", "cilium"], default="flannel"),
         "cni_manifest": _s("The CNI manifest (override for air-gapped sites): an http(s) URL the first control plane "
                            "fetches, or a file on the controller (relative to the cluster file or absolute, a regular "

@@ -4,8 +4,10 @@ invalid-input corpus (invalid/) holds one file per class as well."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,10 @@ from gpu_provision.k8s import teams
 from gpu_provision.node.diagnose import collect
 from gpu_provision.node.verify import runtime
 from gpu_provision.spec import load_cluster
+from gpu_provision.spec.semantics import canonical_address
 from gpu_provision.spec.settings import (
+    ADDRESS,
+    ENDPOINT,
     IMAGE_REFERENCE,
     LABEL_KEY,
     LABEL_VALUE,
@@ -101,6 +106,70 @@ def test_host_names_shaped_like_ipv4_are_refused(tmp_path: Path, address: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     lines = _refused(tmp_path, HEAD.replace("10.0.0.1", address), capsys)
     assert any("is not an IP address or a host name" in line for line in lines)
+
+
+def _inet_aton_reads(name: str) -> bool:
+    try:
+        socket.inet_aton(name)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _dotted_quad(name: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(name), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("address", ["10", "0x7f.1", "0x7f", "017.1.1.1", "4294967295", "1.0x10", "1.2.3.4."])
+def test_names_inet_aton_reads_as_ipv4_are_refused(tmp_path: Path, address: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert _inet_aton_reads(address.rstrip(".")) and not _dotted_quad(address)
+    lines = _refused(tmp_path, HEAD.replace("10.0.0.1", f"'{address}'"), capsys)
+    assert any(f"'{address}' is not an IP address or a host name" in line for line in lines), lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(alphabet="0123456789abcdefxX.", min_size=1, max_size=16))
+def test_no_host_name_looks_like_a_malformed_ipv4_address(name: str) -> None:
+    # RFC 1123 section 2.1: a host name never has the syntax of a dotted-decimal number. Whatever inet_aton(3)
+    # reads as an IPv4 address, or whose last label is all digits, is an address: a valid dotted quad or nothing.
+    looks_ipv4 = _inet_aton_reads(name) or name.rstrip(".").rsplit(".", 1)[-1].isdigit()
+    if looks_ipv4 and not _dotted_quad(name):
+        assert canonical_address(name) is None, name
+        assert not re.fullmatch(ADDRESS, name), name
+    if canonical_address(name) is not None:
+        assert re.fullmatch(ADDRESS, name), name  # the schema takes every address the check of meaning takes
+
+
+@pytest.mark.parametrize("address", ["gpu-01.lab", "GPU-01.Lab.", "0x7f.com", "a.0x7f", "3com.example", "localhost",
+                                     "10.0.0.1", "::1", "fe80::1%eth0", "::ffff:10.0.0.1"])
+def test_addresses_and_host_names_are_taken(address: str) -> None:
+    assert canonical_address(address) is not None and re.fullmatch(ADDRESS, address)
+
+
+@pytest.mark.parametrize("address", ["fe80::1%eth0;id", "fe80::1%$(id)", "fe80::1% x", "-oProxyCommand=x"])
+def test_ipv6_scopes_and_options_are_refused(address: str) -> None:
+    assert canonical_address(address) is None and not re.fullmatch(ADDRESS, address)
+
+
+@pytest.mark.parametrize("endpoint", ["999.1.1.1:6443", "10:6443", "0x7f.1", "017.1:6443", "-oProxyCommand=x:1",
+                                      "api.lab:", "[fd00::1", "api.lab:70000", "fe80::1%eth0;id", "api lab:6443"])
+def test_control_plane_endpoints_shaped_like_a_malformed_address_are_refused(tmp_path: Path, endpoint: str,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text = HEAD.replace("{enabled: false}", f"{{enabled: true, control_plane_endpoint: '{endpoint}'}}") + \
+        "    role: control-plane\n"
+    lines = _refused(tmp_path, text, capsys)
+    assert any("$.cluster.kubernetes.control_plane_endpoint: " in line and "is not an API server endpoint" in line
+               for line in lines), lines
+
+
+@pytest.mark.parametrize("endpoint", ["api.lab", "api.lab:6443", "10.0.0.1", "10.0.0.1:6443", "[fd00::1]:6443",
+                                      "fd00::1", "GPU-API.Lab.:443"])
+def test_control_plane_endpoints_of_an_address_and_port_are_taken(endpoint: str) -> None:
+    assert re.fullmatch(ENDPOINT, endpoint)
 
 
 def test_one_gpu_named_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
