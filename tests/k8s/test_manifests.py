@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from gpu_provision.k8s import bundle, device_plugin, feature_discovery, monitoring, objects, teams
+from gpu_provision.k8s.device_plugin_config import device_plugin_config
 from gpu_provision.k8s.images import split_registry, with_registry
 from gpu_provision.k8s.nodes import CONFIG_LABEL, labels
-from gpu_provision.plan import device_plugin_config
 from gpu_provision.spec.model import Cluster
 
 
