@@ -23,7 +23,7 @@ from pyinfra.api import deploy
 
 from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want, request_for
 from gpu_provision.inventory import cluster_for, node_for
-from gpu_provision.k8s import bundle, cni, kubeadm, monitoring
+from gpu_provision.k8s import applied, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
 from gpu_provision.k8s.objects import as_list, key, to_text
 from gpu_provision.operations import commands, files, packages, repos, services
@@ -89,7 +89,7 @@ def manifest_path(name: str) -> str:
 def manifests(cluster: Cluster) -> list[manifest_ops.Manifest]:
     """Every manifest applied from the first control plane, with its file path."""
     return [manifest_ops.Manifest(name, manifest_path(name), tuple(objs))
-            for name, objs in bundle.manifests(cluster).items()]
+            for name, objs in applied.manifests(cluster).items()]
 
 
 def package_wants(cluster: Cluster) -> list[PackageWant]:
