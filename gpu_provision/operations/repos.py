@@ -13,7 +13,7 @@ from pyinfra.api import operation
 from gpu_provision.desired import FileWant
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.operations.files import content_changes, plan, record_changed
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import keyfile
 from gpu_provision.spec.model import Repository
 from gpu_provision.state import NodeStateData, Request
@@ -74,9 +74,9 @@ def placeholders(system: Mapping[str, Any], k8s_minor: str = "") -> dict[str, st
         "arch": machine if rpm else deb_arch,
         "cuda_arch": "sbsa" if machine == "aarch64" else machine,
         "pkgformat": "rpm" if rpm else "deb",
-        "cuda_key": catalog()["cuda_repository"]["key"]["rpm" if rpm else "deb"],
+        "cuda_key": package_data()["cuda_repository"]["key"]["rpm" if rpm else "deb"],
         "k8s_minor": k8s_minor,
-        "k8s_key": catalog()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
+        "k8s_key": package_data()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
     }
 
 
