@@ -88,7 +88,7 @@ def node_request(expect: Any, bug_report: bool, verify: dict[str, Any] | None = 
 
 def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None) -> str:
     """Run the node entry on one reached host, fetch its archive and complete it; returns the archive's path
-    (``OUT/<node>.tar.gz``, see :func:`bundle_name`). A collection that fails leaves no partial archive behind."""
+    (``OUT/<node>.tar.gz``, see :func:`archive_name`). A collection that fails leaves no partial archive behind."""
     partial = os.path.join(out, f".{safe_name(reached.host.name)}.partial.tar.gz")
     try:
         return _collect(reached, partial, bug_report, timeout)
@@ -135,7 +135,7 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
         with open(report, encoding="utf-8") as handle:
             extras["controller/verify-report.json"] = json.load(handle)
     add_to_archive(local, extras)
-    named = os.path.join(os.path.dirname(local), f"{bundle_name(host.name, local)}.tar.gz")
+    named = os.path.join(os.path.dirname(local), f"{archive_name(host.name, local)}.tar.gz")
     os.replace(local, named)
     return named
 
@@ -145,8 +145,8 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "node"
 
 
-def bundle_name(host_name: str, archive: str) -> str:
-    """The bundle's file name (without ``.tar.gz``): the node's name.
+def archive_name(host_name: str, archive: str) -> str:
+    """The archive's file name (without ``.tar.gz``): the node's name.
 
     An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its bundle
     takes the node's name from ``GPU_PROVISION_NODE`` when set, else the host name the node reported in the
@@ -200,7 +200,7 @@ def diagnosis_of(result: Any) -> Any:
         return NodeDiagnosis(node=result.name, error=result.unreached)
     if isinstance(result.value, Exception):
         return NodeDiagnosis(node=result.name, error=str(result.value))
-    return NodeDiagnosis(node=result.name, bundle=result.value,
+    return NodeDiagnosis(node=result.name, archive=result.value,
                          findings=examine(from_archive(result.value, node=result.name), RULES + DECLARED))
 
 

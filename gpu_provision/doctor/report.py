@@ -37,16 +37,16 @@ def examine(evidence: Evidence, rules: tuple[DoctorRule, ...] = RULES) -> list[F
 
 @dataclass
 class NodeDiagnosis:
-    """One node: its bundle (None when none was collected), its findings, or why it could not be diagnosed."""
+    """One node: its archive (None when none was collected), its findings, or why it could not be diagnosed."""
 
     node: str
-    bundle: str | None = None
+    archive: str | None = None
     findings: list[Fault] = field(default_factory=list)
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The node's JSON form."""
-        return {"node": self.node, "bundle": self.bundle, "error": self.error,
+        return {"node": self.node, "bundle": self.archive, "error": self.error,
                 "findings": [f.to_json() for f in self.findings]}
 
 
@@ -76,7 +76,7 @@ class FleetDiagnosis:
                 lines.append(f"{n.node}: not diagnosed: {n.error}")
                 continue
             lines.append(f"{n.node}: {len(n.findings) or 'no'} finding{'' if len(n.findings) == 1 else 's'}"
-                         f" ({n.bundle})")
+                         f" ({n.archive})")
             for f in n.findings:
                 lines += [f"  [{f.rule.id}] {f.detail}", f"    fix: {f.fix}"]
         counts = (sum(1 for n in self.nodes if n.findings), sum(1 for n in self.nodes if n.error))

@@ -11,7 +11,7 @@ agent's report of the node's state against them), ``bug_report`` (false: skip ``
 import argparse
 import json
 
-from .collect import write_bundle
+from .collect import write_archive
 
 
 def main(argv=None):
@@ -20,6 +20,6 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the tar.gz to write")
     parser.add_argument("--request", default="{}", help="JSON: users, images, verify, bug_report, bug_report_seconds")
     args = parser.parse_args(argv)
-    manifest = write_bundle(args.out, json.loads(args.request))
+    manifest = write_archive(args.out, json.loads(args.request))
     print(json.dumps({"bundle": args.out, "items": len(manifest["items"]), "seconds": manifest["seconds"]}))
     return 0

@@ -286,8 +286,8 @@ def _add(archive, name, data):
     archive.addfile(info, io.BytesIO(data))
 
 
-def write_bundle(path, request, found=None, budget=None):
-    """Write the ``tar.gz`` bundle to ``path``: every item, secrets hidden, within the size bound, and
+def write_archive(path, request, found=None, budget=None):
+    """Write the ``tar.gz`` archive to ``path``: every item, secrets hidden, within the size bound, and
     ``manifest.json`` saying where each came from, how long it took and what was cut or left out."""
     budget = budget or bounded.Budget()
     started = time.monotonic()
