@@ -1,4 +1,4 @@
-"""``diagnose``: a support bundle per node (``tar.gz``) and the doctor's findings over the fleet.
+"""``diagnose``: a support archive per node (``tar.gz``) and the doctor's findings over the fleet.
 
     gpu-provision diagnose [INVENTORY] [--cluster FILE] [--limit NODE]... [--out DIR] [--json] [--no-bug-report]
 
@@ -69,7 +69,7 @@ def expectations_of(host: Any) -> Any:
 
 def verify_expectations(host: Any) -> dict[str, Any] | None:
     """The verification agent's expectations for the host's node, as ``gpu-provision verify`` sends them; None for
-    a host the file gives no GPUs or does not name (its bundle is still collected, without a verification)."""
+    a host the file gives no GPUs or does not name (its archive is still collected, without a verification)."""
     from gpu_provision.verify.expect import expectations_for_host
 
     try:
@@ -148,9 +148,9 @@ def safe_name(name: str) -> str:
 def archive_name(host_name: str, archive: str) -> str:
     """The archive's file name (without ``.tar.gz``): the node's name.
 
-    An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its bundle
+    An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its archive
     takes the node's name from ``GPU_PROVISION_NODE`` when set, else the host name the node reported in the
-    archive's manifest, so a bundle collected on a node itself reads ``gpu-01.tar.gz`` rather than ``@local.tar.gz``.
+    archive's manifest, so an archive collected on a node itself reads ``gpu-01.tar.gz`` rather than ``@local.tar.gz``.
     """
     from gpu_provision.inventory import NODE_ENV
 
@@ -158,9 +158,9 @@ def archive_name(host_name: str, archive: str) -> str:
         return safe_name(host_name)
     name = os.environ.get(NODE_ENV, "")
     if not name:
-        with tarfile.open(archive, "r:gz") as bundle:
+        with tarfile.open(archive, "r:gz") as tar:
             try:
-                member = bundle.extractfile("manifest.json")
+                member = tar.extractfile("manifest.json")
             except KeyError:
                 member = None
             name = str(json.load(member).get("node") or "") if member else ""
@@ -174,7 +174,7 @@ def drift_of(reached: Any) -> dict[str, Any]:
 
     try:
         return check_host(reached, load_stages(), cluster_resolver).to_json()
-    except Exception as exc:  # the bundle is worth keeping without its drift part; the file says why it lacks it
+    except Exception as exc:  # the archive is worth keeping without its drift part; the file says why it lacks it
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -205,7 +205,7 @@ def diagnosis_of(result: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Collect every node's bundle, run the doctor on each, print the summary; returns the exit status."""
+    """Collect every node's archive, run the doctor on each, print the summary; returns the exit status."""
     with fleet_process():
         from gpu_provision.doctor import FleetDiagnosis
         from gpu_provision.errors import GpuProvisionError

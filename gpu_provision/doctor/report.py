@@ -52,7 +52,7 @@ class NodeDiagnosis:
 
 @dataclass
 class FleetDiagnosis:
-    """Every node of a ``diagnose`` run, and where the bundles were written."""
+    """Every node of a ``diagnose`` run, and where the archives were written."""
 
     nodes: list[NodeDiagnosis]
     out: str
