@@ -1,4 +1,4 @@
-"""``diagnose``: a support bundle per node (``tar.gz``) and the doctor's findings over the fleet.
+"""``diagnose``: a support archive per node (``tar.gz``) and the doctor's findings over the fleet.
 
     gpu-provision diagnose [INVENTORY] [--cluster FILE] [--limit NODE]... [--out DIR] [--json] [--no-bug-report]
 
@@ -81,7 +81,7 @@ def left_out_reason(exc: Exception) -> str:
 
 def verify_expectations(host: Any) -> dict[str, Any] | None:
     """The verification agent's expectations for the host's node, as ``gpu-provision verify`` sends them; None for
-    a host the file gives no GPUs or does not name (its bundle is still collected, without a verification)."""
+    a host the file gives no GPUs or does not name (its archive is still collected, without a verification)."""
     from gpu_provision.verify.expect import expectations_for_host
 
     try:
@@ -100,7 +100,7 @@ def node_request(expect: Any, bug_report: bool, verify: dict[str, Any] | None = 
 
 def collect_host(reached: Any, out: str, bug_report: bool, timeout: float | None) -> str:
     """Run the node entry on one reached host, fetch its archive and complete it; returns the archive's path
-    (``OUT/<node>.tar.gz``, see :func:`bundle_name`). A collection that fails leaves no partial archive behind."""
+    (``OUT/<node>.tar.gz``, see :func:`archive_name`). A collection that fails leaves no partial archive behind."""
     partial = os.path.join(out, f".{safe_name(reached.host.name)}.partial.tar.gz")
     try:
         return _collect(reached, partial, bug_report, timeout)
@@ -147,7 +147,7 @@ def _collect(reached: Any, local: str, bug_report: bool, timeout: float | None) 
         with open(report, encoding="utf-8") as handle:
             extras["controller/verify-report.json"] = json.load(handle)
     add_to_archive(local, extras)
-    named = os.path.join(os.path.dirname(local), f"{bundle_name(host.name, local)}.tar.gz")
+    named = os.path.join(os.path.dirname(local), f"{archive_name(host.name, local)}.tar.gz")
     os.replace(local, named)
     return named
 
@@ -157,12 +157,12 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "node"
 
 
-def bundle_name(host_name: str, archive: str) -> str:
-    """The bundle's file name (without ``.tar.gz``): the node's name.
+def archive_name(host_name: str, archive: str) -> str:
+    """The archive's file name (without ``.tar.gz``): the node's name.
 
-    An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its bundle
+    An inventory host is named after its node. A connector host (``@local``, ``@docker/...``) is not: its archive
     takes the node's name from ``GPU_PROVISION_NODE`` when set, else the host name the node reported in the
-    archive's manifest, so a bundle collected on a node itself reads ``gpu-01.tar.gz`` rather than ``@local.tar.gz``.
+    archive's manifest, so an archive collected on a node itself reads ``gpu-01.tar.gz`` rather than ``@local.tar.gz``.
     """
     from gpu_provision.inventory import NODE_ENV
 
@@ -170,9 +170,9 @@ def bundle_name(host_name: str, archive: str) -> str:
         return safe_name(host_name)
     name = os.environ.get(NODE_ENV, "")
     if not name:
-        with tarfile.open(archive, "r:gz") as bundle:
+        with tarfile.open(archive, "r:gz") as tar:
             try:
-                member = bundle.extractfile("manifest.json")
+                member = tar.extractfile("manifest.json")
             except KeyError:
                 member = None
             name = str(json.load(member).get("node") or "") if member else ""
@@ -186,7 +186,7 @@ def drift_of(reached: Any) -> dict[str, Any]:
 
     try:
         return check_host(reached, load_stages(), cluster_resolver).to_json()
-    except Exception as exc:  # the bundle is worth keeping without its drift part; the file says why it lacks it
+    except Exception as exc:  # the archive is worth keeping without its drift part; the file says why it lacks it
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -213,12 +213,12 @@ def diagnosis_of(result: Any) -> Any:
     if isinstance(result.value, Exception):
         return NodeDiagnosis(node=result.name, error=str(result.value))
     evidence = from_archive(result.value, node=result.name)
-    return NodeDiagnosis(node=result.name, bundle=result.value, findings=examine(evidence, RULES + DECLARED),
+    return NodeDiagnosis(node=result.name, archive=result.value, findings=examine(evidence, RULES + DECLARED),
                          declared_state_left_out=evidence.expect.left_out)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Collect every node's bundle, run the doctor on each, print the summary; returns the exit status."""
+    """Collect every node's archive, run the doctor on each, print the summary; returns the exit status."""
     with fleet_process():
         from gpu_provision.doctor import FleetDiagnosis
         from gpu_provision.errors import GpuProvisionError

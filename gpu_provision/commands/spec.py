@@ -91,7 +91,7 @@ def validate(args: argparse.Namespace) -> int:
 
 
 def _gpu_plan(node: Node) -> dict:
-    from gpu_provision.plan import device_plugin_config
+    from gpu_provision.k8s.device_plugin_config import device_plugin_config
 
     driver = node.driver
     model = catalog.model(node.gpus.model) if node.gpus.model else None

@@ -1,8 +1,8 @@
-"""The doctor: known GPU-node faults named from a support bundle, with their explanation and fix, and every way the
+"""The doctor: known GPU-node faults named from a support archive, with their explanation and fix, and every way the
 node differs from what its cluster file declares.
 
-:mod:`.evidence` reads a bundle (and the cluster file's expectations kept in it), :mod:`.rules` is the rule table,
-:mod:`.xid` decodes Xid events with NVIDIA's catalogue, :mod:`.declared` turns the bundle's verification report and
+:mod:`.evidence` reads an archive (and the cluster file's expectations kept in it), :mod:`.rules` is the rule table,
+:mod:`.xid` decodes Xid events with NVIDIA's catalogue, :mod:`.declared` turns the archive's verification report and
 drift into findings (:data:`DECLARED`, with :mod:`.fixes` saying what to run), :mod:`.report` holds the findings and
 the fleet summary. Everything here is pure: ``gpu-provision diagnose`` collects, the doctor only reads.
 """

@@ -1,5 +1,5 @@
 """The doctor's findings of the declared state: every check the verification agent failed and every drift difference
-in the bundle, each a finding with its fix, beside the known-fault rules.
+in the archive, each a finding with its fix, beside the known-fault rules.
 
 The comparisons are not made here. The agent's check table (:mod:`gpu_provision.node.verify.registry`) judged the
 node against the file's expectations on the node (``verify/report.json``) and drift's stages compared the probe's
@@ -18,7 +18,7 @@ from gpu_provision.doctor import fixes
 from gpu_provision.doctor.evidence import Evidence
 from gpu_provision.doctor.rules import DoctorRule, Found
 
-#: Where the node's verification report (its state checks) and the controller's drift sit in the bundle.
+#: Where the node's verification report (its state checks) and the controller's drift sit in the archive.
 VERIFY_REPORT = "verify/report.json"
 DRIFT = "controller/drift.json"
 #: The loaded nvidia module's options (whether it re-creates the device files, and with which mode).
@@ -63,7 +63,7 @@ def _difference_concept(difference: dict[str, Any]) -> str:
 
 
 def collected(ev: Evidence) -> fixes.Collected:
-    """Where the bundle came from: its host, and the node's name in the cluster file (for a connector host such
+    """Where the archive came from: its host, and the node's name in the cluster file (for a connector host such
     as ``@local``, the node the verification report was made for)."""
     if not ev.node.startswith("@"):
         return fixes.Collected(ev.node, ev.node)
@@ -71,7 +71,7 @@ def collected(ev: Evidence) -> fixes.Collected:
 
 
 def from_checks(ev: Evidence) -> list[Declared]:
-    """The failed checks of the node's verification report (none when the bundle has no report, or the agent
+    """The failed checks of the node's verification report (none when the archive has no report, or the agent
     ended with an error: then nothing was judged)."""
     report = ev.json(VERIFY_REPORT) or {}
     where = collected(ev)
@@ -90,7 +90,7 @@ def from_checks(ev: Evidence) -> list[Declared]:
 
 
 def from_drift(ev: Evidence, named: set[str]) -> list[Declared]:
-    """The drift differences in the bundle, but device files in ``named`` (already reported from a check)."""
+    """The drift differences in the archive, but device files in ``named`` (already reported from a check)."""
     drift = ev.json(DRIFT) or {}
     where = collected(ev)
     params = ev.node_file(PARAMS)

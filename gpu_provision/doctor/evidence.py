@@ -1,7 +1,7 @@
-"""What the doctor reads: one node's support bundle (archive name -> text) and what the cluster file expects of
+"""What the doctor reads: one node's support archive (archive name -> text) and what the cluster file expects of
 the node, with the few readings several rules share (driver versions, ``nvidia-smi -q -x``, the probe's answer).
 
-Everything here is pure: a bundle is read once from its ``tar.gz`` (:func:`from_archive`) or built from recorded
+Everything here is pure: an archive is read once from its ``tar.gz`` (:func:`from_archive`) or built from recorded
 files in tests, and rules never touch the node.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from gpu_provision.node.driver_version import PROC_VERSION, module_version
 
-#: The name the controller gives the cluster file's expectations inside a bundle.
+#: The name the controller gives the cluster file's expectations inside an archive.
 EXPECTATIONS = "expectations.json"
 
 
@@ -37,7 +37,7 @@ class DoctorExpectations:
     left_out: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The form kept in the bundle as ``expectations.json``."""
+        """The form kept in the archive as ``expectations.json``."""
         return {"users": list(self.users), "images": self.images, "runtime": self.runtime,
                 "kubernetes": self.kubernetes, "declared_state_left_out": self.left_out}
 
@@ -51,7 +51,7 @@ class DoctorExpectations:
 
 @dataclass(frozen=True)
 class Evidence:
-    """One node's bundle: ``files`` maps archive names (``kernel/nvidia.log``, ``files/etc/docker/daemon.json``) to
+    """One node's archive: ``files`` maps archive names (``kernel/nvidia.log``, ``files/etc/docker/daemon.json``) to
     their text; ``expect`` is the cluster file's side."""
 
     node: str
@@ -59,11 +59,11 @@ class Evidence:
     expect: DoctorExpectations = field(default_factory=DoctorExpectations)
 
     def text(self, name: str) -> str | None:
-        """The item ``name``, or None when the bundle lacks it."""
+        """The item ``name``, or None when the archive lacks it."""
         return self.files.get(name)
 
     def node_file(self, path: str) -> str | None:
-        """The node's file at ``path`` as kept in the bundle, or None."""
+        """The node's file at ``path`` as kept in the archive, or None."""
         return self.files.get("files" + path)
 
     def json(self, name: str) -> Any:
@@ -125,14 +125,14 @@ class Evidence:
 
     def pci_drivers(self) -> dict[str, str | None]:
         """NVIDIA GPUs on the PCI bus (display class ``0x03...``) -> the kernel driver bound to each, None when none
-        is (``system/pci.json``; empty when the bundle lacks it)."""
+        is (``system/pci.json``; empty when the archive lacks it)."""
         found = self.json("system/pci.json") or {}
         return {address: item.get("driver") for address, item in found.items()
                 if isinstance(item, dict) and str(item.get("class") or "").startswith("0x03")}
 
 
 def from_archive(path: str, node: str | None = None) -> Evidence:
-    """The evidence in the bundle at ``path`` (its ``expectations.json`` included when the controller added it)."""
+    """The evidence in the archive at ``path`` (its ``expectations.json`` included when the controller added it)."""
     files: dict[str, str] = {}
     with tarfile.open(path, "r:gz") as archive:
         for member in archive.getmembers():

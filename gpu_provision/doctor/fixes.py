@@ -1,6 +1,6 @@
 """What to run about a difference from the cluster file: the deploy's stage that owns it, and where one command on
 the node closes it at once, that command. Worded for :mod:`.declared`'s findings; pure text from the check or
-difference the bundle holds."""
+difference the archive holds."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ DEPLOY = "gpu_provision.deploys.gpu_node"
 
 
 class Collected(NamedTuple):
-    """Where the bundle came from: the host as collected (an inventory name, or a connector such as ``@local``)
+    """Where the archive came from: the host as collected (an inventory name, or a connector such as ``@local``)
     and the node's name in the cluster file."""
 
     host: str

@@ -37,25 +37,25 @@ def examine(evidence: Evidence, rules: tuple[DoctorRule, ...] = RULES) -> list[F
 
 @dataclass
 class NodeDiagnosis:
-    """One node: its bundle (None when none was collected), its findings, or why it could not be diagnosed; and why
+    """One node: its archive (None when none was collected), its findings, or why it could not be diagnosed; and why
     the cluster file's declared state was left out of its findings, when it was."""
 
     node: str
-    bundle: str | None = None
+    archive: str | None = None
     findings: list[Fault] = field(default_factory=list)
     error: str | None = None
     declared_state_left_out: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The node's JSON form."""
-        return {"node": self.node, "bundle": self.bundle, "error": self.error,
+        return {"node": self.node, "bundle": self.archive, "error": self.error,
                 "declared_state_left_out": self.declared_state_left_out,
                 "findings": [f.to_json() for f in self.findings]}
 
 
 @dataclass
 class FleetDiagnosis:
-    """Every node of a ``diagnose`` run, and where the bundles were written."""
+    """Every node of a ``diagnose`` run, and where the archives were written."""
 
     nodes: list[NodeDiagnosis]
     out: str
@@ -79,7 +79,7 @@ class FleetDiagnosis:
                 lines.append(f"{n.node}: not diagnosed: {n.error}")
                 continue
             lines.append(f"{n.node}: {len(n.findings) or 'no'} finding{'' if len(n.findings) == 1 else 's'}"
-                         f" ({n.bundle})")
+                         f" ({n.archive})")
             if n.declared_state_left_out:
                 lines.append(f"  declared state left out (known-fault rules only): {n.declared_state_left_out}")
             for f in n.findings:

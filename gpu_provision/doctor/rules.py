@@ -1,8 +1,8 @@
-"""The doctor's rule table: each known fault with the bundle items it reads, what it means and how to fix it.
+"""The doctor's rule table: each known fault with the archive items it reads, what it means and how to fix it.
 
 A rule's check is a pure function of one node's :class:`~gpu_provision.doctor.evidence.Evidence` returning one
 line per instance of the fault (a GPU, an image, a user, an Xid code); no line means the fault is absent. A rule
-whose evidence is missing from the bundle says nothing: the doctor names faults it can show, never guesses.
+whose evidence is missing from the archive says nothing: the doctor names faults it can show, never guesses.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Found(NamedTuple):
 
 @dataclass(frozen=True)
 class DoctorRule:
-    """One known fault: ``id``, ``title`` (the symptom users search for), ``evidence`` (bundle items read),
+    """One known fault: ``id``, ``title`` (the symptom users search for), ``evidence`` (archive items read),
     ``explanation``, ``fix``, and ``check`` (evidence -> one line per instance found, or a :class:`Found` where the
     instance has a fix of its own)."""
 

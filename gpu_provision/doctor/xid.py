@@ -17,7 +17,7 @@ _RECOVERY = re.compile(r"recovery action changed from .*? to 0x[0-9a-fA-F]+ \(([
 
 
 @cache
-def catalog() -> dict[str, Any]:
+def xid_table() -> dict[str, Any]:
     """The Xid data file: ``source``, ``actions`` (bucket -> what to do) and ``codes`` (code -> entry)."""
     return json.loads((resources.files("gpu_provision") / "data" / "xid.json").read_text(encoding="utf-8"))
 
@@ -33,7 +33,7 @@ class XidEvents:
 
     def entry(self) -> dict[str, Any]:
         """The catalogue's entry for the code; an unknown code gets a generic one."""
-        return catalog()["codes"].get(str(self.code)) or {
+        return xid_table()["codes"].get(str(self.code)) or {
             "mnemonic": "unknown", "description": "not in this catalogue", "action": "CONTACT_SUPPORT",
             "status": "unknown"}
 
@@ -41,7 +41,7 @@ class XidEvents:
         """What to do, in words, from the catalogue's immediate-action bucket; for Xid 154, whose bucket is "follow
         the action the line names", the action its last line names."""
         bucket = self.entry()["action"]
-        text = f"{bucket}: {catalog()['actions'].get(bucket, bucket)}"
+        text = f"{bucket}: {xid_table()['actions'].get(bucket, bucket)}"
         named = _RECOVERY.search(self.last) if self.code == 154 else None
         return text + (f"; the last line names: {named.group(1)}" if named else "")
 

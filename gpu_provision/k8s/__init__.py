@@ -16,5 +16,5 @@ applies them; the tests validate every one against the Kubernetes API schemas of
 - ``teams``: a namespace, quota, role, binding and limit range per team.
 - ``claims``: under DRA, a team's ResourceClaimTemplates, its quota on claimed devices and its rights on claims.
 - ``monitoring``: the DCGM exporter and the Prometheus scrape configuration.
-- ``bundle``: every manifest this project applies, by name.
+- ``applied``: every manifest this project applies, by name.
 """

@@ -12,11 +12,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from gpu_provision.k8s.device_plugin_config import device_plugin_config
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.nodes import CONFIG_LABEL, MPS_LABEL, PRESENT_LABEL, plugin_config_name
 from gpu_provision.k8s.objects import Obj, meta
 from gpu_provision.k8s.runtime import gpu_nodes, runtime_class_name, uses_cdi
-from gpu_provision.plan import device_plugin_config
 from gpu_provision.spec.model import Cluster
 from gpu_provision.spec.namespaces import SYSTEM
 

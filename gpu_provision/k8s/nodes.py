@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from gpu_provision.plan import device_plugin_config
+from gpu_provision.k8s.device_plugin_config import device_plugin_config
 from gpu_provision.spec.catalog import model as gpu_model
 from gpu_provision.spec.model import Node
 

@@ -4,7 +4,7 @@
 * ``probe [REQUEST_JSON]``: read the requested sections of the node's state, print them as one JSON object;
 * ``verify --expect FILE``: the verification agent, one JSON report;
 * ``mig-apply plan|apply|vgpu|boot ...``: the MIG layout and vGPU applier (the boot unit runs ``mig-apply boot``);
-* ``diagnose --out FILE [--request JSON]``: a support bundle of the node (``tar.gz``), secrets hidden.
+* ``diagnose --out FILE [--request JSON]``: a support archive of the node (``tar.gz``), secrets hidden.
 
 Each entry's module is imported only when that entry runs, so the probe never loads the agent's pynvml.
 """

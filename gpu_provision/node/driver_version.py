@@ -1,7 +1,7 @@
 """The loaded NVIDIA kernel module's version, as ``/proc/driver/nvidia/version`` states it.
 
 One reader for every consumer: the verification agent on the node, the driver stage (from the probe's copy of the
-file's first line) and the doctor (from the copy in a support bundle). Node-side code: Python 3.9+, standard library.
+file's first line) and the doctor (from the copy in a support archive). Node-side code: Python 3.9+, standard library.
 
 The file's first line names the module flavour and its version, e.g.
 ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (...)`` (open modules) or

@@ -1,4 +1,4 @@
-"""Secrets hidden from text that leaves a node: drift diffs, support bundles (standard library only).
+"""Secrets hidden from text that leaves a node: drift diffs, support archives (standard library only).
 
 A diff or a bundle is pasted into tickets and chat, so join tokens, certificate keys, kubeconfig credentials,
 passwords and proxy credentials never appear in it. This is the one redaction: the node hides secrets before a

@@ -87,7 +87,7 @@ answer('held',held)
 
 
 @dataclass(frozen=True)
-class Holder:
+class LockHolder:
     """Who holds a node's run lock: the controller host, its pyinfra process, when the run started, the run's id."""
 
     controller: str
@@ -100,7 +100,7 @@ class Holder:
         return f"run {self.run_id} from {self.controller} (pid {self.pid}) since {self.started}"
 
     @classmethod
-    def from_json(cls, data: Any) -> Holder:
+    def from_json(cls, data: Any) -> LockHolder:
         """The holder recorded in a lock file (fields a foreign or damaged file lacks read as ``?``)."""
         data = data if isinstance(data, dict) else {}
         pid = data.get("pid")
@@ -108,23 +108,23 @@ class Holder:
                    str(data.get("started", "?")), str(data.get("run_id", "?")))
 
 
-def this_run(target: Any) -> Holder:
+def this_run(target: Any) -> LockHolder:
     """This run's identity on ``target``: made at its first use and kept on the host object for the whole run."""
-    found: Holder | None = getattr(target, _RUN_ATTR, None)
+    found: LockHolder | None = getattr(target, _RUN_ATTR, None)
     if found is None:
-        found = Holder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        found = LockHolder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        uuid.uuid4().hex)
         setattr(target, _RUN_ATTR, found)
     return found
 
 
-def lock_command(action: str, me: Holder, path: str = LOCK_PATH, lease: int = LEASE_S, dead_run: str = "") -> str:
+def lock_command(action: str, me: LockHolder, path: str = LOCK_PATH, lease: int = LEASE_S, dead_run: str = "") -> str:
     """The node-side command for ``action`` (``take``, ``takeover`` of ``dead_run``, ``release``); prints JSON."""
     args = [action, path, json.dumps(asdict(me)), str(lease)] + ([dead_run] if dead_run else [])
     return f"python3 -c {shlex.quote(_PROGRAM)} " + " ".join(shlex.quote(a) for a in args)
 
 
-def pid_gone(holder: Holder) -> bool:
+def pid_gone(holder: LockHolder) -> bool:
     """Whether ``holder`` ran on this controller host and its process is gone (elsewhere it cannot be told)."""
     if holder.controller != socket.gethostname() or holder.pid <= 0:
         return False
@@ -152,7 +152,7 @@ def _ask(target: Any, command: str, op_hash: str | None = None) -> dict[str, Any
         return {"result": "error", "error": lines[-1]}
 
 
-def _held_message(holder: Holder, path: str) -> str:
+def _held_message(holder: LockHolder, path: str) -> str:
     return (f"{path} is held by {holder.describe()}: stopping before any change. Wait for that run to finish, or "
             f"remove {path} on the node if it is gone")
 
@@ -179,27 +179,27 @@ def run_lock(stage: str, path: str = LOCK_PATH, lease: int = LEASE_S):
     me = this_run(target)
     answer = _ask(target, lock_command("take", me, path, lease))
     if answer["result"] == "held":
-        holder = Holder.from_json(answer.get("holder"))
+        holder = LockHolder.from_json(answer.get("holder"))
         if not pid_gone(holder):
             yield fail_command(_held_message(holder, path))
             return
         answer = _ask(target, lock_command("takeover", me, path, lease, holder.run_id))
         if answer["result"] == "held":  # renewed or taken by a third run meanwhile
-            yield fail_command(_held_message(Holder.from_json(answer.get("holder")), path))
+            yield fail_command(_held_message(LockHolder.from_json(answer.get("holder")), path))
             return
     if answer["result"] == "error":
         yield fail_command(f"cannot take the run lock {path} before {stage}: {answer.get('error')}")
         return
     if answer["result"] in ("expired", "dead"):
         why = "its lease ran out" if answer["result"] == "expired" else "its process is gone"
-        holder = Holder.from_json(answer.get("holder"))
+        holder = LockHolder.from_json(answer.get("holder"))
         target.log_styled(f"took over the run lock {path} from {holder.describe()} ({why})", fg="yellow",
                           log_func=logger.warning)
 
 
 def release(target: Any, op_hash: str | None = None, path: str = LOCK_PATH) -> str:
     """Release ``target``'s run lock if this run holds it; the node's answer (``released``, ``not-held``, ...)."""
-    me: Holder | None = getattr(target, _RUN_ATTR, None)
+    me: LockHolder | None = getattr(target, _RUN_ATTR, None)
     if me is None:
         return "not-held"
     return str(_ask(target, lock_command("release", me, path), op_hash)["result"])

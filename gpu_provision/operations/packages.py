@@ -33,7 +33,7 @@ RPM_FAMILY = ("rhel", "rocky", "almalinux", "centos")
 
 
 @cache
-def catalog() -> dict[str, Any]:
+def package_data() -> dict[str, Any]:
     """``gpu_provision/data/packages.json``: package names per stage and OS family, with their sources."""
     return dict(json.loads(PACKAGES_FILE.read_text()))
 
@@ -49,7 +49,7 @@ def family(system: Mapping[str, Any]) -> str | None:
 
 
 def names(template: Sequence[str], **values: str) -> list[str]:
-    """Package name templates from the catalog with ``{branch}``, ``{flavour}``, ``{kernel}`` filled."""
+    """Package name templates from the package data with ``{branch}``, ``{flavour}``, ``{kernel}`` filled."""
     return [t.format(**values) for t in template]
 
 

@@ -13,7 +13,7 @@ from pyinfra.api import operation
 from gpu_provision.desired import FileWant
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.operations.files import content_changes, plan, record_changed
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import keyfile
 from gpu_provision.spec.model import Repository
 from gpu_provision.state import NodeStateData, Request
@@ -76,14 +76,14 @@ def placeholders(system: Mapping[str, Any], k8s_minor: str = "") -> dict[str, st
         "pkgformat": "rpm" if rpm else "deb",
         "cuda_key": cuda_key(distro, "rpm" if rpm else "deb"),
         "k8s_minor": k8s_minor,
-        "k8s_key": catalog()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
+        "k8s_key": package_data()["kubernetes"]["repository"]["key"]["rpm" if rpm else "deb"],
     }
 
 
 def cuda_key(distro: str, pkgformat: str) -> str:
     """The CUDA repository's signing key file for release ``distro`` (``rhel9``, ``debian13``): the release's own
     where NVIDIA signs it with one (RHEL 10, Debian 13), else the one of its package format."""
-    facts = catalog()["cuda_repository"]
+    facts = package_data()["cuda_repository"]
     return str(facts["release_keys"].get(distro) or facts["key"][pkgformat])
 
 
@@ -153,7 +153,7 @@ def dnf_options(name: str) -> dict[str, str]:
     vendor's own file sets them (``dnf_repository_options`` in ``gpu_provision/data/packages.json``): NVIDIA's
     container toolkit file checks the signed repository metadata and turns package signature checks off, while the
     CUDA, Docker and Kubernetes files check each package."""
-    return dict(catalog()["dnf_repository_options"][name]["options"])
+    return dict(package_data()["dnf_repository_options"][name]["options"])
 
 
 def yum_file(name: str, repo: Repository, values: Mapping[str, str], proxy: str | None) -> FileWant:

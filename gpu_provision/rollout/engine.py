@@ -36,7 +36,7 @@ from gpu_provision.rollout import pods as gpu_pods
 from gpu_provision.rollout.batches import next_batch, split
 from gpu_provision.rollout.containers import Container
 from gpu_provision.rollout.disruption import Disruption
-from gpu_provision.rollout.states import CHANGING, DONE, FAILED, Record
+from gpu_provision.rollout.progress import CHANGING, DONE, FAILED, NodeProgress
 
 REPORT_VERSION = "gpu-provision.rollout/v1"
 Result = Literal["done", "prepared", "failed", "backed-out", "not-started", "skipped"]
@@ -48,10 +48,10 @@ Mode = Literal["run", "prepare", "finish"]
 class KubeApi(Protocol):
     """What the rollout asks of the Kubernetes API (:mod:`gpu_provision.rollout.kubectl` over SSH in use)."""
 
-    def recorded(self, node: str) -> Record | None:
+    def recorded(self, node: str) -> NodeProgress | None:
         """The node's recorded rollout state."""
 
-    def record(self, node: str, record: Record) -> None:
+    def record(self, node: str, record: NodeProgress) -> None:
         """Record the node's state (label, annotations)."""
 
     def cordon(self, node: str) -> bool:
@@ -73,10 +73,10 @@ class KubeApi(Protocol):
 class NodeOps(Protocol):
     """What the rollout does on one node (over its SSH connection in use)."""
 
-    def recorded(self) -> Record | None:
+    def recorded(self) -> NodeProgress | None:
         """The node's state file."""
 
-    def record(self, record: Record) -> None:
+    def record(self, record: NodeProgress) -> None:
         """Write the node's state file."""
 
     def gpu_containers(self) -> list[Container]:
@@ -104,7 +104,7 @@ class RolloutNode:
     control_plane: bool = False
     kubernetes: bool = False
     changes: tuple[str, ...] = ()
-    previous: Record | None = None
+    previous: NodeProgress | None = None
     #: Why the node is not rolled at all (not reached, not compared), when it is not.
     skip: str = ""
 
@@ -353,7 +353,7 @@ class RolloutRun:
     def _set(self, target: RolloutNode, ops: NodeOps, outcome: Outcome, state: str, reason: str = "",
              keep_cordoned: bool = False) -> None:
         now = self.clock()
-        record = Record(state, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), keep_cordoned)
+        record = NodeProgress(state, reason, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), keep_cordoned)
         if target.kubernetes and self.kube is not None:
             self.kube.record(target.name, record)
         else:

@@ -36,12 +36,12 @@ from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_list
 from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, RolloutNode, RolloutRun
 from gpu_provision.rollout.kubectl import KubectlApi
 from gpu_provision.rollout.plan import RolloutPlan, group_sizes, targets_of
-from gpu_provision.rollout.states import (
+from gpu_provision.rollout.progress import (
     IN_PROGRESS,
     STATE_FILE,
-    Record,
-    record_from_file,
-    record_from_node,
+    NodeProgress,
+    progress_from_file,
+    progress_from_node,
 )
 from gpu_provision.spec.model import Cluster
 
@@ -121,12 +121,12 @@ class RemoteNode:
     report_dir: str | None = None
     stages: tuple[str, ...] = CHANGE_STAGES
 
-    def recorded(self) -> Record | None:
+    def recorded(self) -> NodeProgress | None:
         """The state file, None when there is none."""
         ran = _run(self.reached, f"cat {STATE_FILE} 2>/dev/null || true")
-        return record_from_file(ran.stdout) if ran.ok and ran.stdout.strip() else None
+        return progress_from_file(ran.stdout) if ran.ok and ran.stdout.strip() else None
 
-    def record(self, record: Record) -> None:
+    def record(self, record: NodeProgress) -> None:
         """Write the state file atomically (a temporary file in the same directory, synced, renamed)."""
         folder = STATE_FILE.rsplit("/", 1)[0]
         ran = _run(self.reached, f"umask 022 && mkdir -p {folder} && cat > {STATE_FILE}.tmp && "
@@ -347,24 +347,24 @@ class Fleet:
         return {r.name: r.value if r.value is not None else Outcome(r.name, "failed", r.unreached or "not reached")
                 for r in run.hosts if r.name in names}
 
-    def recorded(self, names: Iterable[str]) -> dict[str, Record | None]:
+    def recorded(self, names: Iterable[str]) -> dict[str, NodeProgress | None]:
         """Each node's recorded state: Node labels for Kubernetes nodes, the state file for the others."""
         names = list(names)
-        out: dict[str, Record | None] = {}
+        out: dict[str, NodeProgress | None] = {}
         if self.kube is not None:
             nodes = {n["metadata"]["name"]: n for n in self.on_control_plane(self.kube.nodes)}
             for name in names:
-                out[name] = record_from_node(nodes[name]) if name in nodes else None
+                out[name] = progress_from_node(nodes[name]) if name in nodes else None
             return out
 
-        def read(reached: Reached) -> Record | None:
+        def read(reached: Reached) -> NodeProgress | None:
             return RemoteNode(reached).recorded()
 
         run = run_fleet(self.inventory, read, FleetSettings(self.settings.parallel, self.settings.connect_timeout,
                                                             self.settings.command_timeout, tuple(names)))
         for result in run.hosts:
             if result.unreached is not None:
-                out[result.name] = Record("unknown", result.unreached)
+                out[result.name] = NodeProgress("unknown", result.unreached)
             else:
                 out[result.name] = result.value
         return out
@@ -374,7 +374,7 @@ class Fleet:
 UNREAD = "state not read"
 
 
-def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, Record | None]) -> list[RolloutNode]:
+def finish_targets(cluster: Cluster, names: Iterable[str], recorded: Mapping[str, NodeProgress | None]) -> list[RolloutNode]:
     """``finish``: the nodes a previous ``prepare`` (or run) left in progress, whatever drift says now."""
     by_name = {n.name: n for n in cluster.nodes}
     out = []

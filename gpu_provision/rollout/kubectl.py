@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpu_provision.errors import GpuProvisionError
-from gpu_provision.rollout.states import Record, node_patch, record_from_node
+from gpu_provision.rollout.progress import NodeProgress, node_patch, progress_from_node
 
 #: Runs ``kubectl ARGS`` (with ``stdin`` when given): exit status, standard output, standard error.
 Kubectl = Callable[[list[str], str | None], tuple[int, str, str]]
@@ -54,11 +54,11 @@ class KubectlApi:
         """The Node object."""
         return dict(self._json(["get", "node", node]))
 
-    def recorded(self, node: str) -> Record | None:
+    def recorded(self, node: str) -> NodeProgress | None:
         """The node's state label and annotations."""
-        return record_from_node(self.node(node))
+        return progress_from_node(self.node(node))
 
-    def record(self, node: str, record: Record) -> None:
+    def record(self, node: str, record: NodeProgress) -> None:
         """Set the state label and the reason/time annotations in one merge patch."""
         self._run(["patch", "node", node, "--type", "merge", "-p", json.dumps(node_patch(record))])
 

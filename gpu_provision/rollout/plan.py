@@ -23,7 +23,7 @@ from gpu_provision.drift.report import EXIT_DRIFT, EXIT_ERROR, EXIT_IN_SYNC, Fle
 from gpu_provision.rollout.batches import Batch, next_batch, plan_batches, split
 from gpu_provision.rollout.disruption import Disruption, classify, rule_for, worst
 from gpu_provision.rollout.engine import RolloutNode
-from gpu_provision.rollout.states import DONE, FAILED, Record
+from gpu_provision.rollout.progress import DONE, FAILED, NodeProgress
 from gpu_provision.spec.model import Cluster
 
 PLAN_VERSION = "gpu-provision.rollout-plan/v1"
@@ -175,7 +175,7 @@ def node_plan(report: NodeReport, cluster: Cluster) -> NodePlan:
                     checked=report.checked)
 
 
-def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Record | None],
+def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, NodeProgress | None],
                retry_failed: bool) -> tuple[list[RolloutNode], list[RolloutNode]]:
     """The nodes to roll (inventory order) and those a previous run failed that are not retried.
 
@@ -192,7 +192,7 @@ def targets_of(plan: RolloutPlan, cluster: Cluster, recorded: Mapping[str, Recor
                              tuple(str(c.difference) for c in node.changes), previous)
         if node.status in ("not-checked", "error"):
             why = "not compared: " + "; ".join(node.problems)
-            skipped.append(RolloutNode(node.name, "none", node.group or "", previous=Record(FAILED, why),
+            skipped.append(RolloutNode(node.name, "none", node.group or "", previous=NodeProgress(FAILED, why),
                                        skip=f"{why}; it counts as unavailable"))
         elif previous is not None and previous.state == FAILED and not retry_failed:
             skipped.append(target)
@@ -207,7 +207,7 @@ def group_sizes(cluster: Cluster) -> dict[str, int]:
 
 
 def plan_rollout(report: FleetReport, cluster: Cluster, max_parallel: int | None = None,
-                 max_unavailable: int | str | None = None, recorded: Mapping[str, Record | None] | None = None,
+                 max_unavailable: int | str | None = None, recorded: Mapping[str, NodeProgress | None] | None = None,
                  retry_failed: bool = False) -> RolloutPlan:
     """The rollout plan from a drift report: ``max_parallel`` and ``max_unavailable`` override the file's.
 

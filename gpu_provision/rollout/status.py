@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpu_provision.rollout.states import DONE, FAILED, Record
+from gpu_provision.rollout.progress import DONE, FAILED, NodeProgress
 
 STATUS_VERSION = "gpu-provision.rollout-status/v1"
 
 
-def status_doc(names: Sequence[str], recorded: Mapping[str, Record | None],
+def status_doc(names: Sequence[str], recorded: Mapping[str, NodeProgress | None],
                nodes: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     """The status of ``names`` from their records and, on Kubernetes, their Node objects."""
     rows = []

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpu_provision.desired import FileWant
 from gpu_provision.operations import repos
-from gpu_provision.operations.packages import catalog, family
+from gpu_provision.operations.packages import family, package_data
 from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData
 
@@ -32,16 +32,16 @@ def entry(state: NodeStateData) -> dict[str, Any] | None:
     """The ``distro_driver`` entry for this node's OS family: Debian's own, Ubuntu's ``driver.ubuntu`` (the same
     archive ``package`` uses there), None where the OS has no driver of its own (RHEL) or is unknown."""
     fam = family(state.system)
-    found = catalog()["distro_driver"].get(fam or "")
+    found = package_data()["distro_driver"].get(fam or "")
     if isinstance(found, str):
         section, _, key = found.partition(".")
-        return dict(catalog()[section][key])
+        return dict(package_data()[section][key])
     return dict(found) if found else None
 
 
 def debian(state: NodeStateData) -> dict[str, Any] | None:
     """Debian's entry, None on other families (their archives need no sources file of the project's)."""
-    return dict(catalog()["distro_driver"]["debian"]) if family(state.system) == "debian" else None
+    return dict(package_data()["distro_driver"]["debian"]) if family(state.system) == "debian" else None
 
 
 def release_branch(state: NodeStateData) -> str | None:

@@ -20,7 +20,7 @@ from gpu_provision.node.driver_version import module_version
 from gpu_provision.node.verify.checks import driver_matches
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.operations.packages import family, names, package_data
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import distro, fabric
@@ -64,7 +64,7 @@ def flavour(kernel: str, release: str = "") -> str:
 
 
 def _abi_entry() -> dict:
-    return dict(catalog()["driver"]["ubuntu"]["kernel_abi_versioned"])
+    return dict(package_data()["driver"]["ubuntu"]["kernel_abi_versioned"])
 
 
 def kernel_versioned(name: str) -> bool:
@@ -82,7 +82,7 @@ def driver_packages(node: Node, state: NodeStateData) -> list[str]:
     fam = family(state.system)
     if fam is None:
         return []
-    entry = distro.entry(state) if distro.applies(node) else catalog()["driver"][fam]
+    entry = distro.entry(state) if distro.applies(node) else package_data()["driver"][fam]
     if entry is None:
         return []
     kind = f"precompiled_{modules(node)}" if precompiled(state) else modules(node)
@@ -103,14 +103,14 @@ def header_packages(node: Node, state: NodeStateData) -> list[str]:
     out = []
     for kernel in distro.build_kernels(state):
         if not headers.get(kernel):
-            out.extend(names(catalog()["kernel_headers"][manager], kernel=kernel))
+            out.extend(names(package_data()["kernel_headers"][manager], kernel=kernel))
     return out
 
 
 #: The driver's dnf module (``nvidia-driver``) and where dnf keeps its enabled stream (what ``dnf module enable``
 #: and ``dnf module reset`` write).
-MODULE = str(catalog()["driver"]["rhel"]["module_stream"]["module"])
-MODULE_FILE = str(catalog()["driver"]["rhel"]["module_stream"]["file"])
+MODULE = str(package_data()["driver"]["rhel"]["module_stream"]["module"])
+MODULE_FILE = str(package_data()["driver"]["rhel"]["module_stream"]["file"])
 #: dnf's versionlock list, and the line this stage adds once the branch glob is locked there.
 VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 BRANCH_LOCK_MARK = "# gpu-provision branch lock "
@@ -126,7 +126,7 @@ def module_stream(node: Node, state: NodeStateData) -> str | None:
     where the repository has no module streams (RHEL 10, apt nodes)."""
     if family(state.system) != "rhel":
         return None
-    entry = catalog()["driver"]["rhel"]["module_stream"]
+    entry = package_data()["driver"]["rhel"]["module_stream"]
     if rhel_major(state) not in entry["majors"]:
         return None
     return str(entry[modules(node)]).format(branch=node.driver.spell("branch"))
@@ -136,7 +136,7 @@ def branch_lock(node: Node, state: NodeStateData) -> str | None:
     """The versionlock glob NVIDIA documents where no module stream holds the branch (``*nvidia*580*``)."""
     if family(state.system) != "rhel":
         return None
-    entry = catalog()["driver"]["rhel"]["versionlock"]
+    entry = package_data()["driver"]["rhel"]["versionlock"]
     if rhel_major(state) not in entry["majors"] or node.driver.version:
         return None
     return str(entry["glob"]).format(branch=node.driver.spell("branch"))
@@ -147,7 +147,7 @@ def prerequisite_commands(state: NodeStateData) -> list[str]:
     ``epel-release`` is installed."""
     if family(state.system) != "rhel":
         return []
-    entry = catalog()["driver"]["rhel"]["prerequisites"]
+    entry = package_data()["driver"]["rhel"]["prerequisites"]
     if state.package(entry["package"]).version:
         return []
     kind = "rhel" if state.system.get("os_id") == "rhel" else "rebuild"
@@ -199,7 +199,7 @@ def repository_pins(node: Node, state: NodeStateData) -> list[repos.Pin]:
     if distro.applies(node):
         return distro.pins(node, state)
     fam = family(state.system)
-    globs = tuple(catalog()["driver"][fam]["pin"]) if fam else ()
+    globs = tuple(package_data()["driver"][fam]["pin"]) if fam else ()
     if not globs:
         return []
     return [repos.Pin(globs, node.driver.spell("pin"))]
@@ -211,7 +211,7 @@ def uses_repository(state: NodeStateData, node: Node | None = None) -> bool:
     if node is not None and distro.applies(node):
         return False
     fam = family(state.system)
-    return bool(fam and catalog()["driver"][fam]["repository"])
+    return bool(fam and package_data()["driver"][fam]["repository"])
 
 
 def managed(node: Node) -> bool:
@@ -295,8 +295,8 @@ def _all_package_names(node: Node) -> set[str]:
     """Every driver package name any OS family could use (kernel-dependent names are asked for later)."""
     out: set[str] = set()
     branch = node.driver.spell("branch")
-    entries = [*catalog()["driver"].values(), catalog()["distro_driver"]["debian"]]
-    out.update(catalog()["distro_driver"]["debian"]["own_version"])
+    entries = [*package_data()["driver"].values(), package_data()["distro_driver"]["debian"]]
+    out.update(package_data()["distro_driver"]["debian"]["own_version"])
     for entry in entries:
         for key in ("open", "proprietary"):
             out.update(n for n in names(entry.get(key, []), branch=branch, flavour="", kernel="")
@@ -313,14 +313,14 @@ def request(node: Node, cluster: Cluster) -> Request:
     req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST} | repos.repository_request(
         "cuda").files | distro_files()
     req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST}
-    req.packages.add(catalog()["driver"]["rhel"]["prerequisites"]["package"])
+    req.packages.add(package_data()["driver"]["rhel"]["prerequisites"]["package"])
     req.units |= {PERSISTENCED, FABRIC_MANAGER}
     return req
 
 
 def distro_files() -> set[str]:
     """The paths of Debian's sources and preferences files for ``install_method: distro``."""
-    name = catalog()["distro_driver"]["debian"]["sources_file"]["name"]
+    name = package_data()["distro_driver"]["debian"]["sources_file"]["name"]
     return {f"/etc/apt/sources.list.d/{name}.sources", f"/etc/apt/preferences.d/{name}.pref"}
 
 

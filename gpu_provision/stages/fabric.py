@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_provision.operations.packages import catalog, names
+from gpu_provision.operations.packages import names, package_data
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData
@@ -33,7 +33,7 @@ class Fabric:
 
 def nvswitches(state: NodeStateData) -> list[str]:
     """The PCI addresses of the NVSwitches on the node's bus, from the gpu section's NVIDIA functions."""
-    fact = catalog()["nvswitch_pci"]
+    fact = package_data()["nvswitch_pci"]
     return [str(dev.get("address")) for dev in state.section("gpu").get("pci", [])
             if str(dev.get("class", "")).lower() == fact["class"]]
 
@@ -59,7 +59,7 @@ def mismatch(node: Node, state: NodeStateData) -> str | None:
     if not isinstance(forced, bool):
         return None
     found = nvswitches(state)
-    fact = catalog()["nvswitch_pci"]
+    fact = package_data()["nvswitch_pci"]
     if forced and not found:
         return (f"{SETTING} is true but the node has no NVSwitch (no PCI function of vendor {fact['vendor']} and "
                 f"class {fact['class']}): Fabric Manager cannot start without one; set it to auto or false")
@@ -72,7 +72,7 @@ def mismatch(node: Node, state: NodeStateData) -> str | None:
 def package_names(node: Node, fam: str, fabric: Fabric) -> tuple[list[str], list[str]]:
     """The fabric's package names on OS family ``fam``: those at the driver's version (Fabric Manager, NSCQ) and
     those versioned on their own (NVLSM)."""
-    entry = catalog()["driver"][fam]
+    entry = package_data()["driver"][fam]
     branch = node.driver.spell("branch")
     pinned = [*names(entry["fabric_manager"], branch=branch), *names(entry["nscq"], branch=branch)]
     own = names(entry["nvlsm"], branch=branch) if fabric.nvlsm else []
@@ -82,5 +82,5 @@ def package_names(node: Node, fam: str, fabric: Fabric) -> tuple[list[str], list
 def all_package_names(node: Node) -> set[str]:
     """Every fabric package name any OS family could use: what the driver stage asks the probe about."""
     branch = node.driver.spell("branch")
-    return {n for entry in catalog()["driver"].values()
+    return {n for entry in package_data()["driver"].values()
             for key in ("fabric_manager", "nscq", "nvlsm") for n in names(entry.get(key, []), branch=branch)}

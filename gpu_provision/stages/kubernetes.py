@@ -23,14 +23,14 @@ from pyinfra.api import deploy
 
 from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, Want, request_for
 from gpu_provision.inventory import cluster_for, node_for
-from gpu_provision.k8s import bundle, cni, kubeadm, monitoring
+from gpu_provision.k8s import applied, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
 from gpu_provision.k8s.objects import as_list, key, to_text
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.kubernetes import labels, membership, prerequisites
 from gpu_provision.operations.kubernetes import manifests as manifest_ops
 from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
 
@@ -89,7 +89,7 @@ def manifest_path(name: str) -> str:
 def manifests(cluster: Cluster) -> list[manifest_ops.Manifest]:
     """Every manifest applied from the first control plane, with its file path."""
     return [manifest_ops.Manifest(name, manifest_path(name), tuple(objs))
-            for name, objs in bundle.manifests(cluster).items()]
+            for name, objs in applied.manifests(cluster).items()]
 
 
 def package_wants(cluster: Cluster) -> list[PackageWant]:
@@ -127,7 +127,7 @@ def repository_files(cluster: Cluster, state: NodeStateData) -> list[FileWant]:
 def selinux_commands(state: NodeStateData) -> list[str]:
     """On dnf nodes whose SELinux is enforcing: permissive now and from the next boot on, as "Installing kubeadm"
     asks (packages.json ``kubernetes.selinux``, with its source); nothing once the file says otherwise."""
-    entry = catalog()["kubernetes"]["selinux"]
+    entry = package_data()["kubernetes"]["selinux"]
     text = state.file(entry["file"]).content or ""
     if state.package_manager != "dnf" or entry["enforcing"] not in text.splitlines():
         return []
@@ -158,7 +158,7 @@ def request(node: Node, cluster: Cluster) -> Request:
     empty = NodeStateData({})
     req = request_for([*package_wants(cluster), *prerequisite_files(), UnitWant("kubelet")])
     req = req.merge(repos.repository_request(REPO_ID))
-    selinux = catalog()["kubernetes"]["selinux"]["file"]
+    selinux = package_data()["kubernetes"]["selinux"]["file"]
     req = req.merge(Request(files={prerequisites.FSTAB, ADMIN_CONF, KUBELET_CONF, selinux,
                                    *(f"/sys/module/{m}" for m in MODULES)},
                             contents={prerequisites.FSTAB, selinux}, sysctls=set(SYSCTLS),
@@ -222,7 +222,7 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
         if not prerequisites.module_present(state, module):
             out.append(Difference("kernel-module", module, "loaded", "not loaded", NAME))
     if selinux_commands(state):
-        out.append(Difference("selinux", catalog()["kubernetes"]["selinux"]["file"], "not enforcing", "enforcing",
+        out.append(Difference("selinux", package_data()["kubernetes"]["selinux"]["file"], "not enforcing", "enforcing",
                               NAME))
     running = state.system.get("sysctls", {})
     for name, value in SYSCTLS.items():
@@ -252,8 +252,8 @@ def kubernetes() -> None:
     if not manages(cluster):
         return
     prerequisites.swap_off(name="Swap off, fstab swap entries commented out")
-    selinux = Request(files={catalog()["kubernetes"]["selinux"]["file"]},
-                      contents={catalog()["kubernetes"]["selinux"]["file"]})
+    selinux = Request(files={package_data()["kubernetes"]["selinux"]["file"]},
+                      contents={package_data()["kubernetes"]["selinux"]["file"]})
     commands.guarded(name="SELinux permissive for kubelet", command=lambda s: " && ".join(selinux_commands(s)),
                      needed=lambda s: "; ".join(selinux_commands(s)) or None, request=selinux,
                      noop="SELinux not enforcing (or not a dnf node)")

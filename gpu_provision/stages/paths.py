@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from gpu_provision.desired import FileWant, PackageWant, Want
 from gpu_provision.operations import packages
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import distro, driver, kubernetes, runtime, toolkit
 from gpu_provision.state import NodeStateData
@@ -192,7 +192,7 @@ def render_path(node: Node, cluster: Cluster, manager: str, system: dict[str, An
 
 
 def _sources() -> str:
-    rows = [f"| `{key}` | {text.replace('|', '/')} |" for key, text in catalog()["sources"].items()]
+    rows = [f"| `{key}` | {text.replace('|', '/')} |" for key, text in package_data()["sources"].items()]
     return "| source | what it says |\n| --- | --- |\n" + "\n".join(rows)
 
 

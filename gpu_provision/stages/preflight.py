@@ -20,7 +20,7 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.node.versions import minor
 from gpu_provision.operations import commands
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import catalog, family, names
+from gpu_provision.operations.packages import family, names, package_data
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import distro, driver, fabric
@@ -101,7 +101,7 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
     for kernel in kernels:
         if headers.get(kernel):
             continue
-        wanted = names(catalog()["kernel_headers"].get(manager or "", []), kernel=kernel)
+        wanted = names(package_data()["kernel_headers"].get(manager or "", []), kernel=kernel)
         which = "running" if kernel == system.get("kernel") else "pending"
         if manager == "dnf" or (wanted and set(wanted) <= available):
             out.append(Finding("kernel-headers", f"no headers for the {which} kernel {kernel}; the driver stage "
@@ -165,7 +165,7 @@ def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding
     more than one minor at a time (or back)."""
     if not cluster.kubernetes.enabled:
         return []
-    skew = catalog()["kubernetes"]["skew"]
+    skew = package_data()["kubernetes"]["skew"]
     version = cluster.kubernetes.version
     want = minor(version)
     if want is None:

@@ -21,7 +21,7 @@ from gpu_provision.desired import FileWant, PackageWant, UnitWant, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import toolkit as toolkit_mode
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.state import NodeStateData, Request
@@ -149,7 +149,7 @@ def docker_package_version(version: str, state: NodeStateData) -> str:
     ``27.3.1`` (dnf, which takes a version without epoch); a full version string is kept as written."""
     if ":" in version or "-" in version:
         return version
-    template = catalog()["runtime"]["docker"]["versions"].get(state.package_manager or "", "{version}")
+    template = package_data()["runtime"]["docker"]["versions"].get(state.package_manager or "", "{version}")
     system = state.system
     return str(template).format(version=version, os=system.get("os_id", ""), os_version=system.get("os_version", ""),
                                 codename=system.get("codename", ""))
@@ -161,7 +161,7 @@ def package_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
     # With Docker, container_runtime.version is Docker's; containerd underneath follows Docker's dependencies.
     pinned = {"containerd.io", "containerd"} if rt.kind == "containerd" else {"docker-ce", "docker-ce-cli", "docker.io"}
     out = []
-    for name in catalog()["runtime"][rt.kind][rt.docker_source]:
+    for name in package_data()["runtime"][rt.kind][rt.docker_source]:
         version = rt.version if name in pinned else None
         if version and name in DOCKER_VERSIONED:
             version = docker_package_version(version, state)
@@ -233,7 +233,7 @@ def request(node: Node, cluster: Cluster) -> Request:
     rt = node.container_runtime
     paths = {DAEMON_JSON, CONTAINERD_CONFIG, CONTAINERD_DROPIN, repos.PROXY_FILE}
     return Request(
-        packages=set(catalog()["runtime"][rt.kind][rt.docker_source]),
+        packages=set(package_data()["runtime"][rt.kind][rt.docker_source]),
         files=paths | repos.repository_request("docker").files,
         contents={DAEMON_JSON, CONTAINERD_CONFIG, repos.PROXY_FILE},
         units={CONTAINERD_UNIT, DOCKER_UNIT},

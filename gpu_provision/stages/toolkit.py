@@ -25,7 +25,7 @@ from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, W
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import catalog
+from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import toolkit as toolkit_mode
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.stages import driver, nvidia_dropin, runtime
@@ -57,7 +57,7 @@ def package_version(node: Node) -> str:
 
 def package_wants(node: Node) -> list[PackageWant]:
     """All four toolkit packages at the same version, held."""
-    return [PackageWant(name, package_version(node), held=True) for name in catalog()["toolkit"]["packages"]]
+    return [PackageWant(name, package_version(node), held=True) for name in package_data()["toolkit"]["packages"]]
 
 
 def file_wants(node: Node) -> list[FileWant]:
@@ -93,7 +93,7 @@ def request(node: Node, cluster: Cluster) -> Request:
     if not managed(node):
         return Request()
     return Request(
-        packages=set(catalog()["toolkit"]["packages"]),
+        packages=set(package_data()["toolkit"]["packages"]),
         files={UDEV_RULE, CDI_SPEC, RUN_CDI_SPEC, DAEMON_JSON, CONTAINERD_CONFIG, NVIDIA_DROPIN}
         | repos.repository_request("nvidia-container-toolkit").files,
         contents={DAEMON_JSON, CONTAINERD_CONFIG, NVIDIA_DROPIN},

@@ -38,7 +38,7 @@ def test_bundle_past_its_bound_lists_what_it_left_out(tmp_path):
     path = tmp_path / "b.tar.gz"
     found = [("a.txt", b"a" * 60, {"source": "a"}), ("b.txt", b"b" * 60, {"source": "b"}),
              ("c.txt", b"c", {"source": "c"})]
-    manifest = collect.write_bundle(str(path), {"images": []}, found=found, budget=bounded.Budget(total=100))
+    manifest = collect.write_archive(str(path), {"images": []}, found=found, budget=bounded.Budget(total=100))
     by_name = {item["name"]: item for item in manifest["items"]}
     assert by_name["a.txt"]["bytes"] == 60 and by_name["b.txt"]["truncated"] and by_name["b.txt"]["bytes"] == 40
     assert by_name["c.txt"]["left_out"] == "bundle size bound reached"
@@ -96,7 +96,7 @@ def test_bug_report_read_back_bounded(tmp_path, monkeypatch):
     assert name == "nvidia-bug-report.log" and entry["rc"] == 0 and entry["truncated"]
     assert data.startswith(b"nvidia-bug-report.sh\npassword=hunter2") and len(data) == 40
     path = tmp_path / "b.tar.gz"
-    collect.write_bundle(str(path), {}, found=[(name, data, entry)])
+    collect.write_archive(str(path), {}, found=[(name, data, entry)])
     with tarfile.open(path) as archive:
         assert b"hunter2" not in archive.extractfile(name).read()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

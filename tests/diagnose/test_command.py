@@ -11,7 +11,7 @@ from pathlib import Path
 
 from diagnose_samples import EXPECT
 
-from gpu_provision.commands.diagnose import add_to_archive, bundle_name, node_request, safe_name
+from gpu_provision.commands.diagnose import add_to_archive, archive_name, node_request, safe_name
 from gpu_provision.doctor import RULES, Fault, FleetDiagnosis, NodeDiagnosis, from_archive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,22 +70,22 @@ def test_bundle_is_named_after_the_node(tmp_path, monkeypatch):
     manifest.write_text(json.dumps({"version": 1, "node": "gpu-07"}))
     with tarfile.open(path, "w:gz") as archive:
         archive.add(manifest, arcname="manifest.json")
-    assert bundle_name("gpu-01", str(path)) == "gpu-01"  # an inventory host is its node
-    assert bundle_name("@local", str(path)) == "gpu-07"  # the host name the node reported
+    assert archive_name("gpu-01", str(path)) == "gpu-01"  # an inventory host is its node
+    assert archive_name("@local", str(path)) == "gpu-07"  # the host name the node reported
     monkeypatch.setenv("GPU_PROVISION_NODE", "gpu-03")
-    assert bundle_name("@local", str(path)) == "gpu-03"  # the node the user named
+    assert archive_name("@local", str(path)) == "gpu-03"  # the node the user named
     monkeypatch.setenv("GPU_PROVISION_NODE", "../x y")
-    assert bundle_name("@local", str(path)) == "_x_y"  # never a path
+    assert archive_name("@local", str(path)) == "_x_y"  # never a path
     with tarfile.open(path, "w:gz"):
         pass
     monkeypatch.delenv("GPU_PROVISION_NODE")
-    assert bundle_name("@ssh/odd:name", str(path)) == "_ssh_odd_name"  # no manifest: the host name, made safe
+    assert archive_name("@ssh/odd:name", str(path)) == "_ssh_odd_name"  # no manifest: the host name, made safe
 
 
 def test_summary_and_exit_status():
     rule = RULES[0]
-    found = NodeDiagnosis(node="gpu-01", bundle="out/gpu-01.tar.gz", findings=[Fault(rule, "an image")])
-    clean = NodeDiagnosis(node="gpu-02", bundle="out/gpu-02.tar.gz")
+    found = NodeDiagnosis(node="gpu-01", archive="out/gpu-01.tar.gz", findings=[Fault(rule, "an image")])
+    clean = NodeDiagnosis(node="gpu-02", archive="out/gpu-02.tar.gz")
     assert FleetDiagnosis([clean], "out").exit_status == 0
     assert FleetDiagnosis([clean, found], "out").exit_status == 1
     assert FleetDiagnosis([found, NodeDiagnosis(node="gpu-03", error="unreachable")], "out").exit_status == 2

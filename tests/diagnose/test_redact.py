@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from gpu_provision.node.diagnose.collect import write_bundle
+from gpu_provision.node.diagnose.collect import write_archive
 from gpu_provision.node.redact import redact, redact_text
 
 TOKEN = "abcdef.0123456789abcdef"
@@ -48,7 +48,7 @@ def test_bundle_from_items_with_secrets_holds_none(tmp_path):
     items = [(f"files/etc/{name.replace(' ', '-')}.conf", line.encode(), {"source": name})
              for name, (line, _) in SECRETS.items()]
     path = tmp_path / "bundle.tar.gz"
-    write_bundle(str(path), {}, found=items)
+    write_archive(str(path), {}, found=items)
     with tarfile.open(path) as archive:
         text = "\n".join(archive.extractfile(m).read().decode() for m in archive.getmembers())
     for _, secrets in SECRETS.values():

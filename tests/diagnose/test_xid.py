@@ -3,13 +3,13 @@ its action one of the catalogue's buckets; kernel-log lines in both formats pars
 
 from __future__ import annotations
 
-from gpu_provision.doctor.xid import catalog, xid_events
+from gpu_provision.doctor.xid import xid_events, xid_table
 
 REQUIRED = (13, 31, 43, 45, 48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120, 154)
 
 
 def test_catalogue_cites_its_source_and_holds_every_required_code():
-    data = catalog()
+    data = xid_table()
     assert data["source"]["url"].startswith("https://docs.nvidia.com/deploy/xid-errors/")
     for code in REQUIRED:
         entry = data["codes"][str(code)]
@@ -30,7 +30,7 @@ def test_kernel_log_formats_parse_and_unknown_codes_say_so():
 def test_catalogue_immediate_actions_as_nvidia_lists_them():
     """Spot checks against the catalogue's Xids sheet, including the entries it corrected here (43 and 63 need no
     action, 61 is unused on Ampere and newer, 48 and 74 follow workflows)."""
-    codes = catalog()["codes"]
+    codes = xid_table()["codes"]
     assert {code: codes[str(code)]["action"] for code in (13, 43, 48, 61, 63, 74, 79, 94, 95, 119)} == {
         13: "RESTART_APP", 43: "IGNORE", 48: "WORKFLOW_XID_48", 61: "CONTACT_SUPPORT", 63: "IGNORE",
         74: "WORKFLOW_NVLINK_ERR", 79: "RESTART_BM", 94: "RESTART_APP", 95: "RESET_GPU", 119: "RESET_GPU"}

@@ -13,7 +13,7 @@ from importlib import resources
 
 import yaml
 
-from gpu_provision.k8s import bundle, dashboard, monitoring
+from gpu_provision.k8s import applied, dashboard, monitoring
 from gpu_provision.spec.model import Cluster
 from gpu_provision.spec.settings import default
 
@@ -78,7 +78,7 @@ def test_scrape_config_and_dashboard_agree_on_job_and_labels(example: Cluster) -
 
 
 def test_dashboard_ships_as_a_sidecar_configmap(example: Cluster) -> None:
-    objects = bundle.manifests(example)["monitoring"]
+    objects = applied.manifests(example)["monitoring"]
     maps = [o for o in objects if o["kind"] == "ConfigMap"]
     assert len(maps) == 1
     cm = maps[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from gpu_provision.k8s import bundle, claims, dra, kubeadm, objects, teams
+from gpu_provision.k8s import applied, claims, dra, kubeadm, objects, teams
 from gpu_provision.spec.model import Cluster
 
 DRA_CLUSTER = """\
@@ -41,7 +41,7 @@ def cluster(request: pytest.FixtureRequest, make_cluster) -> Cluster:
 
 
 def _objects(cluster: Cluster) -> list[dict]:
-    return [o for objs in bundle.manifests(cluster).values() for o in objects.as_list(objs)["items"]]
+    return [o for objs in applied.manifests(cluster).values() for o in objects.as_list(objs)["items"]]
 
 
 def _named(cluster: Cluster, kind: str) -> dict[tuple[str, str], dict]:
@@ -56,7 +56,7 @@ def test_every_dra_object_is_valid_for_the_cluster_version(cluster: Cluster) -> 
 
 
 def test_the_device_plugin_is_absent(cluster: Cluster) -> None:
-    manifests = bundle.manifests(cluster)
+    manifests = applied.manifests(cluster)
     assert "device-plugin" not in manifests and "dra-driver" in manifests
     names = {o["metadata"]["name"] for o in _objects(cluster)}
     assert not any(n.startswith("nvidia-device-plugin") for n in names)
@@ -139,7 +139,7 @@ def test_feature_gate_only_where_the_version_needs_it(cluster: Cluster) -> None:
 
 def test_device_plugin_mode_keeps_its_objects_and_no_gates(example: Cluster) -> None:
     assert example.kubernetes.gpu_allocation == "device-plugin" and not example.kubernetes.dra
-    manifests = bundle.manifests(example)
+    manifests = applied.manifests(example)
     assert "device-plugin" in manifests and "dra-driver" not in manifests
     kinds = {o["kind"] for objs in manifests.values() for o in objs}
     assert not kinds & {"DeviceClass", "ResourceClaimTemplate"}
@@ -172,14 +172,14 @@ def test_with_nfd_gfd_runs_beside_the_dra_driver_without_the_device_plugin(clust
     text = DRA_CLUSTER.format(version=cluster.kubernetes.version, digest=DIGEST).replace(
         "    gpu_allocation: dra\n", "    gpu_allocation: dra\n    node_feature_discovery: true\n")
     with_nfd = make_cluster(text)
-    driver = bundle.manifests(with_nfd)["dra-driver"]
+    driver = applied.manifests(with_nfd)["dra-driver"]
     daemonsets = [o["metadata"]["name"] for o in driver if o["kind"] == "DaemonSet"]
     assert daemonsets == [dra.PLUGIN, "gpu-feature-discovery"]
-    assert "device-plugin" not in bundle.manifests(with_nfd)
+    assert "device-plugin" not in applied.manifests(with_nfd)
     assert {(o["kind"], o["metadata"]["name"]) for o in driver} >= {
         ("ConfigMap", "nvidia-device-plugin-configs"), ("ServiceAccount", "nvidia-device-plugin")}
     for obj in driver:
         kubernetes_validate.validate(obj, f"{with_nfd.kubernetes.minor}.0", strict=True)
     # Without NFD nothing would read GFD's features file: GFD is left out.
-    assert [o["metadata"]["name"] for o in bundle.manifests(cluster)["dra-driver"]
+    assert [o["metadata"]["name"] for o in applied.manifests(cluster)["dra-driver"]
             if o["kind"] == "DaemonSet"] == [dra.PLUGIN]

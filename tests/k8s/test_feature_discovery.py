@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_provision.k8s import bundle, device_plugin, feature_discovery
+from gpu_provision.k8s import applied, device_plugin, feature_discovery
 from gpu_provision.spec.model import Cluster
 
 DIGEST = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
@@ -28,7 +28,7 @@ def test_gfd_runs_the_plugin_image_with_its_command_where_the_plugin_runs(exampl
     assert {v["name"] for v in pod["volumes"]} >= {"output-dir", "host-sys", "available-configs", "config"}
     sidecar = _container(ds, "gpu-feature-discovery-sidecar")
     assert {"name": "PROCESS_TO_SIGNAL", "value": "gpu-feature-discovery"} in sidecar["env"]
-    assert ds in bundle.manifests(example)["device-plugin"]
+    assert ds in applied.manifests(example)["device-plugin"]
 
 
 def test_gfd_image_follows_the_mirror_and_the_digest(example: Cluster) -> None:
@@ -46,5 +46,5 @@ def test_node_feature_api_only_where_nfd_runs(example: Cluster) -> None:
     nfd = replace(example, kubernetes=replace(example.kubernetes, node_feature_discovery=True))
     env = _container(feature_discovery.daemonset(nfd), "gpu-feature-discovery-ctr")["env"]
     assert {"name": "USE_NODE_FEATURE_API", "value": "true"} in env
-    role = next(o for o in bundle.manifests(nfd)["device-plugin"] if o["kind"] == "ClusterRole")
+    role = next(o for o in applied.manifests(nfd)["device-plugin"] if o["kind"] == "ClusterRole")
     assert any("nodefeatures" in rule["resources"] for rule in role["rules"])

@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_provision.k8s import bundle, kubeadm, monitoring, teams
+from gpu_provision.k8s import applied, kubeadm, monitoring, teams
 from gpu_provision.k8s.endpoints import host_port, with_default_port
 from gpu_provision.spec.model import Cluster
 from gpu_provision.spec.namespaces import reserved
@@ -48,7 +48,7 @@ def test_the_cluster_wide_level_applies_to_teams_without_their_own(make_cluster)
         """)
     assert namespace_labels(cluster, 0)[f"{PSA}/enforce"] == "restricted"
     assert namespace_labels(cluster, 1)[f"{PSA}/enforce"] == "baseline"
-    for obj in bundle.manifests(cluster)["teams"]:
+    for obj in applied.manifests(cluster)["teams"]:
         kubernetes_validate.validate(obj, "1.31.0", strict=True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_provision.desired import FileWant, PackageWant, UnitWant, differences, request_for, sha256
-from gpu_provision.k8s import bundle, nodes
+from gpu_provision.k8s import applied, nodes
 from gpu_provision.k8s.objects import content_hash, key
 from gpu_provision.spec.model import Cluster
 from gpu_provision.stages import kubernetes as stage
@@ -33,7 +33,7 @@ def converged_state(cluster: Cluster, node_name: str) -> dict[str, Any]:
                 for w in wants if isinstance(w, PackageWant)}
     api = {"nodes": {n.name: {"labels": nodes.labels(n), "kubelet_version": f"v{cluster.kubernetes.version}",
                               "taints": nodes.taint_objects(n.taints)} for n in cluster.nodes},
-           "objects": {"/".join(key(o)): content_hash(o) for objs in bundle.manifests(cluster).values()
+           "objects": {"/".join(key(o)): content_hash(o) for objs in applied.manifests(cluster).values()
                        for o in objs},
            "daemonsets": ["kube-flannel/kube-flannel-ds"], "cluster_version": f"v{cluster.kubernetes.version}"}
     return {"system": SYSTEM, "files": files, "packages": {"manager": "apt", "packages": packages},

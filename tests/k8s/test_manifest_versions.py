@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate import utils
 
-from gpu_provision.k8s import bundle, feature_discovery, objects
+from gpu_provision.k8s import applied, feature_discovery, objects
 from gpu_provision.spec.defaults import KUBERNETES_MINORS
 from gpu_provision.spec.model import Cluster
 from gpu_provision.verify import expect, incluster
@@ -23,7 +23,7 @@ SCHEMAS = set(utils.all_versions())
 
 
 def _objects(cluster: Cluster) -> list[dict[str, Any]]:
-    out = [obj for objs in bundle.manifests(cluster).values() for obj in objects.as_list(objs)["items"]]
+    out = [obj for objs in applied.manifests(cluster).values() for obj in objects.as_list(objs)["items"]]
     nodes = {n.name: expect.from_node(n, True, feature_labels=True).to_dict() for n in cluster.nodes if n.has_gpus}
     return out + incluster.manifests(nodes)
 

@@ -11,10 +11,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpu_provision.k8s import bundle, device_plugin, feature_discovery, monitoring, objects, teams
+from gpu_provision.k8s import applied, device_plugin, feature_discovery, monitoring, objects, teams
+from gpu_provision.k8s.device_plugin_config import device_plugin_config
 from gpu_provision.k8s.images import split_registry, with_registry
 from gpu_provision.k8s.nodes import CONFIG_LABEL, labels
-from gpu_provision.plan import device_plugin_config
 from gpu_provision.spec.model import Cluster
 
 
@@ -23,7 +23,7 @@ def schema_version(cluster: Cluster) -> str:
 
 
 def all_objects(cluster: Cluster) -> list[dict[str, Any]]:
-    return [obj for objs in bundle.manifests(cluster).values() for obj in objects.as_list(objs)["items"]]
+    return [obj for objs in applied.manifests(cluster).values() for obj in objects.as_list(objs)["items"]]
 
 
 def pod_specs(cluster: Cluster) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -50,7 +50,7 @@ def test_every_manifest_is_valid_for_the_cluster_version(cluster: Cluster) -> No
 
 
 def test_the_list_documents_are_valid_too(cluster: Cluster) -> None:
-    for objs in bundle.manifests(cluster).values():
+    for objs in applied.manifests(cluster).values():
         document = json.loads(objects.to_text(objects.as_list(objs)))
         assert document["kind"] == "List"
         for item in document["items"]:
@@ -151,14 +151,14 @@ def test_device_plugin_configs_of_the_example(example: Cluster) -> None:
 
 def test_runtime_class_and_cdi_follow_the_toolkit(example: Cluster, variant: Cluster) -> None:
     assert "runtimeClassName" not in device_plugin.daemonset(example)["spec"]["template"]["spec"]
-    assert [o["kind"] for o in bundle.manifests(example)["device-plugin"]][0] != "RuntimeClass"
+    assert [o["kind"] for o in applied.manifests(example)["device-plugin"]][0] != "RuntimeClass"
     env = {e["name"]: e.get("value") for e in device_plugin.daemonset(example)["spec"]["template"]["spec"]
            ["containers"][1]["env"]}
     assert env["DEVICE_LIST_STRATEGY"] == "cdi-cri"
     assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
     pod = device_plugin.daemonset(variant)["spec"]["template"]["spec"]
     assert pod["runtimeClassName"] == "nvidia"
-    assert bundle.manifests(variant)["device-plugin"][0] == {
+    assert applied.manifests(variant)["device-plugin"][0] == {
         "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "handler": "nvidia",
         "metadata": {"name": "nvidia", "labels": objects.MANAGED_BY}}
     env = {e["name"]: e.get("value") for e in pod["containers"][1]["env"]}
@@ -209,9 +209,9 @@ def test_monitoring_off_renders_nothing(make_cluster) -> None:
           - {name: cp, address: 10.0.0.1, role: control-plane}
           - {name: g, address: 10.0.0.2, gpus: {model: L4, count: 1}}
         """)
-    assert "monitoring" not in bundle.manifests(cluster)
-    assert "teams" not in bundle.manifests(cluster)
-    assert "device-plugin" in bundle.manifests(cluster)
+    assert "monitoring" not in applied.manifests(cluster)
+    assert "teams" not in applied.manifests(cluster)
+    assert "device-plugin" in applied.manifests(cluster)
 
 
 def test_content_hash_ignores_its_own_annotation_and_sees_changes(example: Cluster) -> None:

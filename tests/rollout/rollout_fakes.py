@@ -14,7 +14,7 @@ from typing import Any
 
 from gpu_provision.rollout.containers import Container
 from gpu_provision.rollout.engine import NodeOps, Outcome
-from gpu_provision.rollout.states import Record, record_from_node
+from gpu_provision.rollout.progress import NodeProgress, progress_from_node
 
 
 def gpu_pod(name: str, node: str, *, labels: dict[str, str] | None = None, owner: str | None = "Job",
@@ -47,11 +47,11 @@ class FakeKube:
         self.evictions: list[tuple[str, str]] = []
         self.drained: list[str] = []
 
-    def recorded(self, node: str) -> Record | None:
+    def recorded(self, node: str) -> NodeProgress | None:
         with self.lock:
-            return record_from_node(self.nodes[node])
+            return progress_from_node(self.nodes[node])
 
-    def record(self, node: str, record: Record) -> None:
+    def record(self, node: str, record: NodeProgress) -> None:
         with self.lock:
             meta = self.nodes[node]["metadata"]
             meta["labels"]["gpu-provision.io/rollout-state"] = record.state
@@ -132,7 +132,7 @@ class FakeNode:
         self.name, self.kube, self.log, self.log_lock = name, kube, log, lock
         self.change_fails, self.verify_fails = change_fails, verify_fails
         self.containers = list(containers or [])
-        self.file: Record | None = None
+        self.file: NodeProgress | None = None
         self.file_history: list[str] = []
         self.changed = 0
         self.changed_with_gpu_pods: list[str] = []
@@ -143,10 +143,10 @@ class FakeNode:
         with self.log_lock:
             self.log.append((self.name, what))
 
-    def recorded(self) -> Record | None:
+    def recorded(self) -> NodeProgress | None:
         return self.file
 
-    def record(self, record: Record) -> None:
+    def record(self, record: NodeProgress) -> None:
         self.file = record
         self.file_history.append(record.state)
 

@@ -18,7 +18,7 @@ from gpu_provision.drift.report import FleetReport, NodeReport
 from gpu_provision.rollout.engine import RolloutRun
 from gpu_provision.rollout.execute import policy_of
 from gpu_provision.rollout.plan import group_sizes, plan_rollout, targets_of
-from gpu_provision.rollout.states import Record
+from gpu_provision.rollout.progress import NodeProgress
 from gpu_provision.spec import load_cluster
 
 DRIVER = Difference("package", "nvidia-driver", "580.159.04", "580.126.09", "driver")
@@ -70,18 +70,18 @@ FLEETS = {
         {**ALL_GPU, "cp-01": [CONTAINERD], "cp-02": [DRIVER], "cpu-01": [GROUP]}, {}, False),
     "a failed node uses its group's budget": (
         {"max_parallel": 4, "max_unavailable": "50%"}, ALL_GPU,
-        {"a-1": Record("upgrade-failed", "drain failed")}, False),
+        {"a-1": NodeProgress("upgrade-failed", "drain failed")}, False),
     "failed and unreached nodes use the whole budget": (
         {"max_parallel": 4, "max_unavailable": "50%"}, {**ALL_GPU, "a-2": NOT_REACHED},
-        {"a-1": Record("upgrade-failed", "drain failed")}, False),
+        {"a-1": NodeProgress("upgrade-failed", "drain failed")}, False),
     "a retried failed node goes first": (
         {"max_parallel": 2, "max_unavailable": "50%"}, ALL_GPU,
-        {"a-4": Record("upgrade-failed", "verification failed")}, True),
+        {"a-4": NodeProgress("upgrade-failed", "verification failed")}, True),
     "done nodes are left, nodes in progress resume first": (
         {"max_parallel": 2, "max_unavailable": 2},
         {"a-3": [DRIVER], "a-4": [DRIVER], "b-1": [DRIVER], "cpu-01": [GROUP]},
-        {"a-1": Record("upgrade-done"), "a-2": Record("apply-required"), "a-3": Record("upgrade-done"),
-         "cp-01": Record("validation-required")}, False),
+        {"a-1": NodeProgress("upgrade-done"), "a-2": NodeProgress("apply-required"), "a-3": NodeProgress("upgrade-done"),
+         "cp-01": NodeProgress("validation-required")}, False),
 }
 
 

@@ -11,7 +11,7 @@ from rollout_fakes import FakeKube, FakeNode, gpu_pod, thread_batches
 
 from gpu_provision.rollout.containers import Container
 from gpu_provision.rollout.engine import Policy, RolloutNode, RolloutRun, interrupt_on_sigint
-from gpu_provision.rollout.states import Record
+from gpu_provision.rollout.progress import NodeProgress
 
 NAMES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
 FULL = ["upgrade-required", "cordon-required", "wait-for-jobs-required", "apply-required", "validation-required",
@@ -168,7 +168,7 @@ def test_an_injected_failure_stops_the_rollout_and_a_rerun_resumes_without_redoi
 def test_a_node_left_mid_change_is_resumed_first_and_keeps_an_operator_cordon():
     cluster, nodes, _ = setup(NAMES[:2])
     cluster.cordon("gpu-02")
-    left = Record("validation-required", keep_cordoned=True)
+    left = NodeProgress("validation-required", keep_cordoned=True)
     ts = [RolloutNode("gpu-01", "gpu-idle", kubernetes=True), RolloutNode("gpu-02", "none", kubernetes=True, previous=left)]
     run_batch = thread_batches(nodes)
     report = RolloutRun(policy(max_parallel=1), cluster, run_batch).run(ts)

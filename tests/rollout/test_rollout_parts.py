@@ -13,12 +13,12 @@ from rollout_fakes import gpu_pod
 from gpu_provision.rollout import pods
 from gpu_provision.rollout.containers import Container, parse_listing
 from gpu_provision.rollout.engine import Outcome, Report
-from gpu_provision.rollout.states import (
+from gpu_provision.rollout.progress import (
     STATE_LABEL,
-    Record,
+    NodeProgress,
     node_patch,
-    record_from_file,
-    record_from_node,
+    progress_from_file,
+    progress_from_node,
 )
 from gpu_provision.rollout.status import status_doc, status_exit, status_text
 
@@ -71,29 +71,29 @@ def test_gpu_containers_from_docker_and_ctr():
 
 
 def test_records_round_trip_through_node_labels_and_the_state_file():
-    record = Record("upgrade-failed", "verification failed: gpu.driver", "2026-12-01T08:00:00Z", True)
+    record = NodeProgress("upgrade-failed", "verification failed: gpu.driver", "2026-12-01T08:00:00Z", True)
     patch = node_patch(record)
     node = {"metadata": {"labels": patch["metadata"]["labels"], "annotations": patch["metadata"]["annotations"]}}
     assert node["metadata"]["labels"] == {STATE_LABEL: "upgrade-failed"}
-    assert record_from_node(node) == record
-    assert record_from_file(json.dumps(record.to_json())) == record
+    assert progress_from_node(node) == record
+    assert progress_from_file(json.dumps(record.to_json())) == record
     # An empty reason removes the annotation (merge patch null).
-    assert node_patch(Record("upgrade-done"))["metadata"]["annotations"]["gpu-provision.io/rollout-reason"] is None
-    assert record_from_file("") is None and record_from_file('{"state": "bogus"}') is None
-    assert record_from_node({"metadata": {}}) is None
+    assert node_patch(NodeProgress("upgrade-done"))["metadata"]["annotations"]["gpu-provision.io/rollout-reason"] is None
+    assert progress_from_file("") is None and progress_from_file('{"state": "bogus"}') is None
+    assert progress_from_node({"metadata": {}}) is None
 
 
 def test_status_table_and_exit():
     names = ["a", "b", "c"]
-    doc = status_doc(names, {"a": Record("upgrade-done"), "b": Record("upgrade-failed", "drain failed"), "c": None},
+    doc = status_doc(names, {"a": NodeProgress("upgrade-done"), "b": NodeProgress("upgrade-failed", "drain failed"), "c": None},
                      {"a": {"spec": {}}, "b": {"spec": {"unschedulable": True}}})
     assert status_exit(doc) == 1
     text = status_text(doc).splitlines()
     assert text[0].split()[:3] == ["a", "upgrade-done", "schedulable"]
     assert "cordoned" in text[1] and text[1].endswith("failed: drain failed")
     assert "never rolled" in text[2]
-    assert status_exit(status_doc(["a"], {"a": Record("upgrade-done")}, {})) == 0
-    assert status_exit(status_doc(["a"], {"a": Record("unknown", "unreachable")}, {})) == 2
+    assert status_exit(status_doc(["a"], {"a": NodeProgress("upgrade-done")}, {})) == 0
+    assert status_exit(status_doc(["a"], {"a": NodeProgress("unknown", "unreachable")}, {})) == 2
 
 
 def test_report_json_and_exit():
@@ -161,15 +161,15 @@ def test_finish_takes_the_nodes_left_in_progress_and_targets_follow_records(tmp_
     from gpu_provision.spec import load_cluster
 
     cluster = load_cluster(write_cluster(tmp_path / "c.json", 22))
-    recorded = {"gpu-1": Record("apply-required"), "gpu-2": Record("upgrade-done")}
+    recorded = {"gpu-1": NodeProgress("apply-required"), "gpu-2": NodeProgress("upgrade-done")}
     assert [t.name for t in finish_targets(cluster, ["gpu-1", "gpu-2"], recorded)] == ["gpu-1"]
     plan = RolloutPlan([NodePlan("gpu-1"), NodePlan("gpu-2")], [], 1, 1)
-    failed = {"gpu-1": Record("upgrade-failed", "drain failed"), "gpu-2": Record("cordon-required")}
+    failed = {"gpu-1": NodeProgress("upgrade-failed", "drain failed"), "gpu-2": NodeProgress("cordon-required")}
     roll, skipped = targets_of(plan, cluster, failed, retry_failed=False)
     assert [t.name for t in roll] == ["gpu-2"] and [t.name for t in skipped] == ["gpu-1"]
     roll, skipped = targets_of(plan, cluster, failed, retry_failed=True)
     assert [t.name for t in roll] == ["gpu-1", "gpu-2"] and skipped == []
-    roll, skipped = targets_of(plan, cluster, {"gpu-1": Record("upgrade-done")}, retry_failed=False)
+    roll, skipped = targets_of(plan, cluster, {"gpu-1": NodeProgress("upgrade-done")}, retry_failed=False)
     assert roll == [] and skipped == []
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from gpu_provision.rollout.kubectl import KubectlApi
-from gpu_provision.rollout.states import Record
+from gpu_provision.rollout.progress import NodeProgress
 
 STANDINS = Path(__file__).resolve().parents[2] / "rig/gpu_provision_rig/standins/kubernetes"
 sys.path.insert(0, str(STANDINS / "common"))
@@ -102,14 +102,14 @@ def test_cordon_uncordon_and_state_patches_keep_each_others_fields(server):
     assert api.cordon("gpu-01") is False
     assert api.cordon("gpu-01") is True  # already cordoned: reported so
     assert run_kubectl(["cordon", "gpu-01"])[1] == "node/gpu-01 already cordoned\n"
-    api.record("gpu-01", Record("wait-for-jobs-required", "waiting for 1 job", "2026-12-01T08:00:00Z"))
+    api.record("gpu-01", NodeProgress("wait-for-jobs-required", "waiting for 1 job", "2026-12-01T08:00:00Z"))
     # The kubelet's status update goes through the status subresource: labels and the cordon stay.
     standin_api.put_status(server, {"kind": "Node", "metadata": {"name": "gpu-01"}, "status": {"phase": "x"}})
     node = api.node("gpu-01")
     assert node["spec"]["unschedulable"] is True
     assert node["metadata"]["labels"]["gpu-provision.io/rollout-state"] == "wait-for-jobs-required"
-    assert api.recorded("gpu-01") == Record("wait-for-jobs-required", "waiting for 1 job", "2026-12-01T08:00:00Z")
-    api.record("gpu-01", Record("upgrade-done"))
+    assert api.recorded("gpu-01") == NodeProgress("wait-for-jobs-required", "waiting for 1 job", "2026-12-01T08:00:00Z")
+    api.record("gpu-01", NodeProgress("upgrade-done"))
     api.uncordon("gpu-01")
     node = api.node("gpu-01")
     assert "unschedulable" not in node["spec"]

@@ -368,12 +368,12 @@ KUBERNETES_END_OF_LIFE = {"1.31": "2025-10-28", "1.32": "2026-02-28", "1.33": "2
 
 
 def test_kubernetes_minors_are_those_upstream_supports_and_the_default_is_one_of_them() -> None:
-    from gpu_provision.operations.packages import catalog
+    from gpu_provision.operations.packages import package_data
     from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION
 
     supported = [m for m, end in KUBERNETES_END_OF_LIFE.items() if end > KUBERNETES_AS_OF]
     assert list(KUBERNETES_MINORS) == supported
     assert KUBERNETES_VERSION.rsplit(".", 1)[0] in supported
-    assert catalog()["kubernetes"]["end_of_life"] == {m: KUBERNETES_END_OF_LIFE[m] for m in supported}
+    assert package_data()["kubernetes"]["end_of_life"] == {m: KUBERNETES_END_OF_LIFE[m] for m in supported}
     text = _rendered("Debian 12, x86_64", 0)
     assert f"https://pkgs.k8s.io/core:/stable:/v{KUBERNETES_VERSION.rsplit('.', 1)[0]}/deb/" in text

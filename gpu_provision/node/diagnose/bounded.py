@@ -1,4 +1,4 @@
-"""Bounded reads for the support bundle: every command has a time limit, every item and the whole bundle a size
+"""Bounded reads for the support archive: every command has a time limit, every item and the whole archive a size
 limit, so a wedged driver (``nvidia-smi`` hanging on a GPU fallen off the bus) or a huge log never stalls or floods
 the collection."""
 
@@ -9,12 +9,12 @@ import time
 
 #: Bytes one item keeps (the first ones: headers and versions come first in every output we read).
 ITEM_BYTES = 1 << 20
-#: Bytes the whole bundle keeps before compression; items past it are listed in the manifest as left out.
+#: Bytes the whole archive keeps before compression; items past it are listed in the manifest as left out.
 TOTAL_BYTES = 24 << 20
 
 
 class Budget:
-    """What is left of the bundle's size bound, and the manifest entry of every item tried."""
+    """What is left of the archive's size bound, and the manifest entry of every item tried."""
 
     def __init__(self, total=TOTAL_BYTES):
         self.left = total

@@ -1,4 +1,4 @@
-"""Collect the support bundle's items on the node: the files, commands, journals, kernel log, device files and
+"""Collect the support archive's items on the node: the files, commands, journals, kernel log, device files and
 image metadata :mod:`.sources` names, each bounded (:mod:`.bounded`) and with its secrets hidden (:mod:`..redact`)
 before it is put in the archive."""
 
@@ -58,7 +58,7 @@ def command_items(commands=sources.COMMANDS):
 
 
 def packages_item():
-    """The installed packages the bundle cares about (driver, CUDA, runtime, Kubernetes, kernels)."""
+    """The installed packages the archive cares about (driver, CUDA, runtime, Kubernetes, kernels)."""
     if shutil.which("dpkg-query"):
         return ("versions/packages.txt",) + bounded.run(
             ["dpkg-query", "-W", "-f", "${Package}\t${Version}\t${db:Status-Abbrev}\n", *sources.PACKAGES], 60)
@@ -215,7 +215,7 @@ def verify_item(expect, seconds=VERIFY_SECONDS):
     """The verification agent's report (``verify/report.json``) on the cluster file's expectations: the node's
     device files, driver, persistence and MIG layout against what the file declares, judged by the agent's own
     check table (its state checks only: no CUDA, container or pod work). It runs as a bounded child, like every
-    command here, so an agent stuck on a bad GPU costs the bundle this item and nothing else."""
+    command here, so an agent stuck on a bad GPU costs the archive this item and nothing else."""
     from ..verify.main import self_command
 
     workdir = tempfile.mkdtemp(prefix="gpu-provision-diagnose-verify-")
@@ -258,7 +258,7 @@ def bug_report_item(seconds=BUG_REPORT_SECONDS, limit=BUG_REPORT_BYTES):
 
 
 def items(request):
-    """Every item of the bundle for ``request`` (``users``, ``images``, ``verify``, ``bug_report``), in archive
+    """Every item of the archive for ``request`` (``users``, ``images``, ``verify``, ``bug_report``), in archive
     order."""
     yield probe_item()
     yield libraries_item()
@@ -286,8 +286,8 @@ def _add(archive, name, data):
     archive.addfile(info, io.BytesIO(data))
 
 
-def write_bundle(path, request, found=None, budget=None):
-    """Write the ``tar.gz`` bundle to ``path``: every item, secrets hidden, within the size bound, and
+def write_archive(path, request, found=None, budget=None):
+    """Write the ``tar.gz`` archive to ``path``: every item, secrets hidden, within the size bound, and
     ``manifest.json`` saying where each came from, how long it took and what was cut or left out."""
     budget = budget or bounded.Budget()
     started = time.monotonic()

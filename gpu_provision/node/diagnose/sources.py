@@ -1,4 +1,4 @@
-"""What a support bundle holds: the table of files and commands read on the node, by the name each gets in the
+"""What a support archive holds: the table of files and commands read on the node, by the name each gets in the
 archive. Paths and units are those the project manages; a missing file or tool is a manifest entry, not a failure."""
 
 #: Units whose journals help: container runtime, kubelet, the driver's daemons, DCGM and the MIG boot unit.

@@ -1,7 +1,7 @@
 """Entry point of the verification agent: read the expectations, take the readings, print one JSON report.
 
 Usage on a node: ``python3 gpu-provision-node.pyz verify --expect /etc/gpu-provision/verify-expect.json``
-(``--state``: only the checks that start no work on the GPUs, as the support bundle runs them).
+(``--state``: only the checks that start no work on the GPUs, as the support archive runs them).
 Exit status: 0 when every check passed or was skipped, 1 when any failed, 2 when the agent itself could not
 work (a report is printed all the same, with ``status: error``).
 

@@ -38,7 +38,7 @@ STATE_FILE = "/var/lib/gpu-provision/rollout-state.json"
 
 
 @dataclass(frozen=True)
-class Record:
+class NodeProgress:
     """A node's recorded rollout state: the state, why it is there (a failure's reason), and since when (UTC)."""
 
     state: str
@@ -57,18 +57,18 @@ class Record:
         return asdict(self)
 
 
-def record_from_node(node: dict[str, Any]) -> Record | None:
+def progress_from_node(node: dict[str, Any]) -> NodeProgress | None:
     """The record a Kubernetes Node object carries in its label and annotations, None when it has none."""
     meta = node.get("metadata") or {}
     state = (meta.get("labels") or {}).get(STATE_LABEL)
     if not state:
         return None
     notes = meta.get("annotations") or {}
-    return Record(state, notes.get(REASON_ANNOTATION, ""), notes.get(SINCE_ANNOTATION, ""),
+    return NodeProgress(state, notes.get(REASON_ANNOTATION, ""), notes.get(SINCE_ANNOTATION, ""),
                   notes.get(INITIALLY_UNSCHEDULABLE) == "true")
 
 
-def record_from_file(text: str) -> Record | None:
+def progress_from_file(text: str) -> NodeProgress | None:
     """The record in a node's state file (None for an empty, missing or unreadable one)."""
     try:
         doc = json.loads(text)
@@ -76,11 +76,11 @@ def record_from_file(text: str) -> Record | None:
         return None
     if not isinstance(doc, dict) or doc.get("state") not in STATES:
         return None
-    return Record(str(doc["state"]), str(doc.get("reason", "")), str(doc.get("since", "")),
+    return NodeProgress(str(doc["state"]), str(doc.get("reason", "")), str(doc.get("since", "")),
                   bool(doc.get("keep_cordoned", False)))
 
 
-def node_patch(record: Record) -> dict[str, Any]:
+def node_patch(record: NodeProgress) -> dict[str, Any]:
     """The JSON merge patch (RFC 7386) that records ``record`` on a Node: label, reason and time annotations."""
     return {"metadata": {"labels": {STATE_LABEL: record.state},
                          "annotations": {REASON_ANNOTATION: record.reason or None,
