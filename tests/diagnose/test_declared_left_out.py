@@ -86,8 +86,8 @@ def test_the_reason_is_one_line() -> None:
 def test_the_reason_travels_in_the_bundle_and_the_summary() -> None:
     expect = DoctorExpectations(users=("alice",), left_out="no cluster file: set GPU_PROVISION_CLUSTER=FILE")
     assert DoctorExpectations.from_json(json.loads(json.dumps(expect.to_json()))) == expect
-    left_out = NodeDiagnosis(node="gpu-01", bundle="out/gpu-01.tar.gz", declared_state_left_out=expect.left_out)
-    read = NodeDiagnosis(node="gpu-02", bundle="out/gpu-02.tar.gz")
+    left_out = NodeDiagnosis(node="gpu-01", archive="out/gpu-01.tar.gz", declared_state_left_out=expect.left_out)
+    read = NodeDiagnosis(node="gpu-02", archive="out/gpu-02.tar.gz")
     summary = FleetDiagnosis(nodes=[left_out, read], out="out")
     assert [n["declared_state_left_out"] for n in summary.to_json()["nodes"]] == [expect.left_out, None]
     text = summary.render().splitlines()
