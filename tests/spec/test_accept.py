@@ -42,12 +42,27 @@ def _reports() -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("path", CLUSTERS, ids=lambda p: p.name)
-def test_an_accepted_cluster_file_has_no_schema_error(path: Path) -> None:
+def _readable(path: Path) -> bool:
     try:
-        document, _ = yamlsafe.load_yaml(path.read_bytes(), str(path))
+        yamlsafe.load_yaml(path.read_bytes(), str(path))
     except Exception:
-        pytest.skip("not YAML the loader reads")
+        return False
+    return True
+
+
+#: The corpus files the YAML loader itself refuses (before any schema): they give the acceptor nothing to judge.
+UNREADABLE = [p for p in CLUSTERS if not _readable(p)]
+
+
+def test_only_the_yaml_corpus_is_refused_before_the_schema() -> None:
+    """Files that break YAML itself (syntax, tabs, duplicate keys, Python tags) are all of the ``yaml-`` corpus;
+    every other corpus file reaches the schema, so the test below judges it."""
+    assert UNREADABLE and all(p.name.startswith("yaml-") for p in UNREADABLE), [p.name for p in UNREADABLE]
+
+
+@pytest.mark.parametrize("path", [p for p in CLUSTERS if p not in UNREADABLE], ids=lambda p: p.name)
+def test_an_accepted_cluster_file_has_no_schema_error(path: Path) -> None:
+    document, _ = yamlsafe.load_yaml(path.read_bytes(), str(path))
     if acceptor(CLUSTER_SCHEMA)(document):
         assert _cluster_valid(document)
 
