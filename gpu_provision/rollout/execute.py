@@ -347,12 +347,18 @@ class Fleet:
         return {r.name: r.value if r.value is not None else Outcome(r.name, "failed", r.unreached or "not reached")
                 for r in run.hosts if r.name in names}
 
-    def recorded(self, names: Iterable[str]) -> dict[str, NodeProgress | None]:
-        """Each node's recorded state: Node labels for Kubernetes nodes, the state file for the others."""
+    def recorded(self, names: Iterable[str],
+                 node_objects: list[dict[str, Any]] | None = None) -> dict[str, NodeProgress | None]:
+        """Each node's recorded state: Node labels for Kubernetes nodes, the state file for the others.
+
+        + node_objects: the Node objects when the caller has read them already (else they are read here)
+        """
         names = list(names)
         out: dict[str, NodeProgress | None] = {}
         if self.kube is not None:
-            nodes = {n["metadata"]["name"]: n for n in self.on_control_plane(self.kube.nodes)}
+            if node_objects is None:
+                node_objects = self.on_control_plane(self.kube.nodes)
+            nodes = {n["metadata"]["name"]: n for n in node_objects}
             for name in names:
                 out[name] = progress_from_node(nodes[name]) if name in nodes else None
             return out
@@ -416,7 +422,9 @@ def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: b
     """Run the rollout the plan describes (``finish`` needs no plan: the nodes' recorded states say what is
     left); ``on_rollout`` receives the engine first (to hook SIGINT)."""
     names = [n.name for n in plan.nodes] if plan is not None else list(names)
-    recorded = fleet.recorded(names)
+    # The Node objects are read once: for the recorded states and for the labels a limited run leaves out.
+    node_objects = fleet.on_control_plane(fleet.kube.nodes) if fleet.kube is not None else None
+    recorded = fleet.recorded(names, node_objects)
     skipped: list[RolloutNode] = []
     if plan is None:
         roll_targets = finish_targets(fleet.cluster, names, recorded)
@@ -424,12 +432,10 @@ def roll(fleet: Fleet, plan: RolloutPlan | None, policy: Policy, retry_failed: b
                    if r is not None and r.state == "unknown"]
     else:
         roll_targets, skipped = targets_of(plan, fleet.cluster, recorded, retry_failed)
-    if fleet.kube is not None and fleet.kubectl is not None and roll_targets:
-        planes = fleet.kubectl.control_plane
-        if planes not in names:
-            for line in labels_left_to_the_control_plane(fleet.cluster, [t.name for t in roll_targets], planes,
-                                                         fleet.on_control_plane(fleet.kube.nodes)):
-                log(line)
+    if node_objects is not None and fleet.kubectl is not None:
+        for line in labels_left_to_the_control_plane(fleet.cluster, [t.name for t in roll_targets],
+                                                     fleet.kubectl.control_plane, node_objects):
+            log(line)
     rollout = RolloutRun(policy, fleet.kube, fleet.run_batch, log=log, mode=mode)
     if on_rollout is not None:
         on_rollout(rollout)
