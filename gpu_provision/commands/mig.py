@@ -62,7 +62,8 @@ def mig_assert(args: argparse.Namespace) -> int:
         raise GpuProvisionError(f"nvidia-smi failed: {snapshot.get('error')}")
     units = running_holders()
     desired = node.mig.planned
-    actions = mig_actions(desired, snapshot, active_units=units, allow_drain=node.mig.allow_drain)
+    plugin = agent_mig.plugin_for(cluster)
+    actions = mig_actions(desired, snapshot, active_units=units, allow_drain=node.mig.allow_drain, plugin=plugin)
     gpus = {g["index"]: g for g in snapshot["gpus"]}
     if args.json:
         print(json.dumps({
@@ -71,7 +72,7 @@ def mig_assert(args: argparse.Namespace) -> int:
                      for i, want in sorted(desired.items())},
             "drift": [str(d) for d in layout_drift(desired, snapshot)],
             "plan": [{"step": str(a), "commands": layout.commands(a)} for a in actions],
-            "applier": agent_mig.apply_command(node, "apply"),
+            "applier": agent_mig.apply_command(node, "apply", plugin),
         }, indent=2))
         return 1 if actions else 0
     print(f"{node.name}: {len(snapshot['gpus'])} GPU(s) here, {len(desired)} with a layout in {path}")

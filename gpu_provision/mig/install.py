@@ -18,7 +18,7 @@ from gpu_provision.node.mig.migparted import document
 from gpu_provision.spec import catalog
 from gpu_provision.spec import toolkit as toolkit_facts
 from gpu_provision.spec.migparted import node_config
-from gpu_provision.spec.model import Node
+from gpu_provision.spec.model import Cluster, Node
 
 LAYOUT_FILE = "/etc/gpu-provision/mig-layout.yaml"
 VGPU_FILE = "/etc/gpu-provision/vgpu.json"
@@ -90,8 +90,17 @@ def unit_text(node: Node) -> str:
     return UNIT.format(layout=LAYOUT_FILE, vgpu=VGPU_FILE, bundle=bundle.BUNDLE_PATH, entry=ENTRY, flags=boot_flags)
 
 
-def apply_command(node: Node, what: str = "apply") -> str:
-    """The shell command that runs the installed applier for ``node`` (``apply``, ``plan`` or ``vgpu``)."""
+def plugin_for(cluster: Cluster) -> str | None:
+    """The Kubernetes plugin that lists the cluster's GPUs and is restarted after a MIG change (a key of
+    :data:`gpu_provision.node.mig.layout.PLUGINS`), or None where the cluster runs no Kubernetes."""
+    if not cluster.kubernetes.enabled:
+        return None
+    return "dra" if cluster.kubernetes.dra else "device-plugin"
+
+
+def apply_command(node: Node, what: str = "apply", plugin: str | None = "device-plugin") -> str:
+    """The shell command that runs the installed applier for ``node`` (``apply``, ``plan`` or ``vgpu``);
+    ``plugin`` (:func:`plugin_for`) is the one an ``apply`` restarts, named when it is not the applier's default."""
     args = [what, cdi_flag(node)] if what == "apply" else [what]
     if what in ("apply", "plan"):
         args += ["--layout", LAYOUT_FILE, "--config", node.name]
@@ -99,4 +108,6 @@ def apply_command(node: Node, what: str = "apply") -> str:
         args += ["--vgpu", VGPU_FILE]
     if what == "apply":
         args += flags(node)
+        if plugin != "device-plugin":
+            args.append(f"--plugin={plugin or 'none'}")
     return bundle.command(ENTRY, *args)

@@ -18,14 +18,15 @@ __all__ = ["Action", "Drift", "layout_drift", "mig_actions"]
 
 def mig_actions(desired: dict[int, GpuLayout], actual: dict[str, Any], *,
                 active_units: set[str] | frozenset[str] = frozenset(), allow_drain: bool = False,
-                device_plugin: bool = True) -> list[Action]:
+                plugin: str | None = "device-plugin") -> list[Action]:
     """The ordered actions that bring a node's GPUs from ``actual`` (the probe's ``mig`` section) to ``desired``.
 
     Empty when every GPU already has its layout. ``active_units`` are the node's GPU-holding units that run
     (:func:`gpu_provision.node.mig.holders.holding`; they are stopped around the change); ``allow_drain`` stops
-    user processes instead of refusing.
+    user processes instead of refusing; ``plugin`` is the Kubernetes plugin restarted after a change
+    (:func:`gpu_provision.mig.install.plugin_for`).
     """
-    return layout.plan_node(desired, actual, active_units, allow_drain, device_plugin)
+    return layout.plan_node(desired, actual, active_units, allow_drain, plugin)
 
 
 def layout_drift(desired: dict[int, GpuLayout], actual: dict[str, Any]) -> list[Drift]:

@@ -3,7 +3,8 @@
 The decision is :func:`gpu_provision.mig.plan.mig_actions` on the node's probed ``mig`` section; the change itself is
 made on the node by the installed applier (the node bundle's ``mig-apply apply``), which re-checks the node, stops
 and restarts the services holding the GPUs, finishes pending MIG mode changes (GPU reset, else a reboot where the
-file allows it), regenerates the CDI spec and restarts the device plugin. A node in use by user processes fails with
+file allows it), regenerates the CDI spec and restarts the Kubernetes plugin that lists the GPUs (the device plugin,
+or the DRA kubelet plugin). A node in use by user processes fails with
 their pids and names unless ``mig.allow_drain`` is set.
 """
 
@@ -34,13 +35,13 @@ def active_units(state: NodeStateData) -> set[str]:
     return holding({name: unit.active for name, unit in units.items() if unit is not None and unit.loaded})
 
 
-def node_actions(node: Node, state: NodeStateData) -> list[Action]:
-    """The MIG actions ``node`` needs, given its probed state."""
+def node_actions(node: Node, state: NodeStateData, plugin: str | None = "device-plugin") -> list[Action]:
+    """The MIG actions ``node`` needs, given its probed state; ``plugin`` is restarted after a change."""
     return mig_actions(node.mig.planned, state.section("mig"), active_units=active_units(state),
-                       allow_drain=node.mig.allow_drain, device_plugin=True)
+                       allow_drain=node.mig.allow_drain, plugin=plugin)
 
 
-def commands_for(node: Node, actions: list[Action]) -> list[str]:
+def commands_for(node: Node, actions: list[Action], plugin: str | None = "device-plugin") -> list[str]:
     """Shell commands for ``actions``: one failing command naming the refusals, or the applier run.
 
     A node whose ``nvidia-smi`` could not answer (no driver yet, at prepare time of a first run) gets the applier
@@ -50,12 +51,13 @@ def commands_for(node: Node, actions: list[Action]) -> list[str]:
     refusals = [a for a in actions if a.kind == "refuse" and a.gpu is not None]
     if refusals:
         return [fail_command("; ".join(str(a) for a in refusals))]
-    return [agent_mig.apply_command(node, "apply")] if actions else []
+    return [agent_mig.apply_command(node, "apply", plugin)] if actions else []
 
 
 @operation()
 def layout(node: Node, request: Request | None = None,
-           waits_for: Callable[[NodeStateData], str | None] | None = None) -> Any:
+           waits_for: Callable[[NodeStateData], str | None] | None = None,
+           plugin: str | None = "device-plugin") -> Any:
     """MIG mode, GPU instances and compute instances of every GPU of ``node`` as its layouts say.
 
     + node: the typed node (``node.mig.planned``: the layouts the resolve step planned)
@@ -63,6 +65,7 @@ def layout(node: Node, request: Request | None = None,
     + waits_for: takes the node's state, returns why the layout cannot be applied in this run (a driver reboot
       pending: the new driver's library beside the old module fails every nvidia-smi call with "Driver/library
       version mismatch"), or None; the boot unit applies the layout after that reboot
+    + plugin: the Kubernetes plugin restarted after a change (:func:`gpu_provision.mig.install.plugin_for`)
 
     The applier and the layout file must be installed first (``stages.mig`` does that). Yields nothing when every
     GPU already has its layout.
@@ -78,9 +81,9 @@ def layout(node: Node, request: Request | None = None,
                         log_func=logger.warning)
         host.noop(f"MIG layout waits for the reboot: {waiting}")
         return
-    actions = node_actions(node, state)
+    actions = node_actions(node, state, plugin)
     if not actions:
         host.noop(f"MIG layout of {len(node.mig.layouts)} GPU(s) already as wanted")
         return
     mark_changed(host)
-    yield from commands_for(node, actions)
+    yield from commands_for(node, actions, plugin)

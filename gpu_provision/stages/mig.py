@@ -158,11 +158,12 @@ def mig_stage() -> None:
         guarded = reboot_guarded(node, state)
         # The driver's readings too: a layout waits while the installed driver is not (or, once this run's driver
         # step is done, will not be) the loaded one; the boot unit applies it after the reboot.
+        plugin = agent_mig.plugin_for(cluster)
         mig_ops.layout(name="MIG layout", node=guarded, request=req.merge(driver.request(node, cluster)),
-                       waits_for=lambda s: driver.pending_reboot(node, s))
+                       waits_for=lambda s: driver.pending_reboot(node, s), plugin=plugin)
         commands.guarded(
             name="Finish an interrupted MIG apply (bring back what it took down)",
-            command=agent_mig.apply_command(node, "apply"),
+            command=agent_mig.apply_command(node, "apply", plugin),
             needed=interrupted_apply,
             request=Request(files={RECORD_FILE}),
             noop="no interrupted MIG apply",

@@ -117,7 +117,7 @@ def test_enable_from_disabled() -> None:
         "nvidia-smi mig -i 0 -cgi 1g.18gb:3 -C",
         "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
     ]
-    assert [a.kind for a in actions][-1] == "restart-device-plugin"
+    assert [a.kind for a in actions][-1] == "restart-plugin"
 
 
 def test_no_op_when_layout_matches() -> None:

@@ -4,6 +4,7 @@ cluster file's nodes."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -106,6 +107,22 @@ def test_operation_commands() -> None:
     refused = mig_ops.commands_for(H200, mig_ops.node_actions(H200, NodeStateData({"mig": busy})))
     assert refused == ["echo 'gpu-provision: GPU 0: refused: GPU 0 is in use by 77 (train.py); stop them or set "
                        "mig.allow_drain' >&2; exit 1"]
+
+
+def test_the_plugin_restarted_follows_the_cluster_file() -> None:
+    """The device plugin by default, the DRA kubelet plugin under ``gpu_allocation: dra``, none without Kubernetes:
+    the plan says which, and the applier is told (its default, the device plugin, goes unsaid)."""
+    dra = replace(CLUSTER, kubernetes=replace(CLUSTER.kubernetes, gpu_allocation="dra"))
+    bare = replace(CLUSTER, kubernetes=replace(CLUSTER.kubernetes, enabled=False))
+    assert [agent_mig.plugin_for(c) for c in (CLUSTER, dra, bare)] == ["device-plugin", "dra", None]
+    state = NodeStateData({"mig": snapshot(False)})
+    last = {plugin: str(mig_ops.node_actions(H200, state, plugin)[-1]) for plugin in ("device-plugin", "dra", None)}
+    assert last["device-plugin"] == "restart the device plugin"
+    assert last["dra"].startswith("restart the DRA kubelet plugin")
+    assert last[None] == "regenerate the CDI spec /etc/cdi/nvidia.yaml"
+    assert mig_ops.commands_for(H200, mig_ops.node_actions(H200, state, "dra"), "dra")[0].endswith(" --plugin=dra")
+    assert agent_mig.apply_command(H200, "apply", None).endswith(" --plugin=none")
+    assert "--plugin" not in agent_mig.apply_command(H200, "apply")
 
 
 def test_vgpu_node() -> None:

@@ -246,11 +246,11 @@ class Takedown:
         return ok
 
 
-def execute(actions: list, reboot_allowed: bool, device_plugin: bool, takedown: Takedown) -> bool:
+def execute(actions: list, reboot_allowed: bool, plugin: str | None, takedown: Takedown) -> bool:
     """Carry out ``actions`` in order; what was taken down comes back whatever happens (False if it did not)."""
     try:
         for action in actions:
-            if action.kind in ("start-services", "restart-device-plugin"):
+            if action.kind in ("start-services", "restart-plugin"):
                 continue
             say(str(action))
             if action.kind == "drain":
@@ -274,11 +274,10 @@ def execute(actions: list, reboot_allowed: bool, device_plugin: bool, takedown: 
                     run(argv)
     finally:
         restored = takedown.restore()
-    if device_plugin and stop_gpu_pods(GPU_PODS[:1]):
+    # Each plugin lists the node's devices only as it starts: restarted, it offers the MIG devices just made.
+    if plugin == "device-plugin" and stop_gpu_pods(GPU_PODS[:1]):
         say("restarted the device plugin")
-    # On a DRA node the kubelet plugin lists the node's devices only as it starts: restarted, it publishes the MIG
-    # devices just made (the device plugin, absent there, is found by no name).
-    if device_plugin and stop_labelled_pods(holders.DRA_PLUGIN_LABEL):
+    if plugin == "dra" and stop_labelled_pods(holders.DRA_PLUGIN_LABEL):
         say("restarted the DRA kubelet plugin: its ResourceSlices list the new MIG devices")
     return restored
 
@@ -298,7 +297,8 @@ def apply_layout(args) -> int:
         say(f"the layout file selects none of this node's GPUs ({ids}); nothing to do")
         return 0 if args.command == "plan" or takedown.restore() else 1
     units = holders.running_holders()
-    actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, not args.boot, args.cdi_output or None)
+    plugin = None if args.boot or args.plugin == "none" else args.plugin
+    actions = mig_layout.plan_node(desired, snapshot, units, args.allow_drain, plugin, args.cdi_output or None)
     refusals = [a for a in actions if a.kind == "refuse"]
     if args.command == "plan":
         lines = [str(a) for a in actions] + ([f"bring back {previous} (an interrupted apply left it down)"]
@@ -322,7 +322,7 @@ def apply_layout(args) -> int:
             sorted((g["index"], g) for g in snapshot["gpus"] if g["index"] in desired)))
         return 0 if takedown.restore() else 1
     try:
-        restored = execute(actions, args.reboot_allowed and not args.boot, not args.boot, takedown)
+        restored = execute(actions, args.reboot_allowed and not args.boot, plugin, takedown)
     except Reboot as exc:
         say(str(exc) + "; rebooting (the boot unit applies the layout)")
         run(["systemctl", "reboot"], check=False)
@@ -335,7 +335,7 @@ def apply_layout(args) -> int:
         say(f"interrupted by {exc}; state reached: {state_reached(desired)}; a later run finishes the layout")
         return 1
     after = probe()
-    left = [a for a in mig_layout.plan_node(desired, after, (), True, False) if a.kind not in ("cdi-refresh",)]
+    left = [a for a in mig_layout.plan_node(desired, after, (), True, None) if a.kind not in ("cdi-refresh",)]
     if left:
         say("the GPUs differ from the layout after applying it: " + "; ".join(str(a) for a in left))
         say("state reached: " + state_reached(desired))
@@ -414,7 +414,9 @@ def main(argv=None) -> int:
                         help="how long to wait for another applier holding the lock (default: %(default)g)")
     parser.add_argument("--cdi-output", default=mig_layout.CDI_OUTPUT, metavar="PATH",
                         help="CDI spec regenerated after a change (empty: the node keeps none)")
-    parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no device plugin or DRA plugin restart")
+    parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no plugin restart")
+    parser.add_argument("--plugin", choices=[*mig_layout.PLUGINS, "none"], default="device-plugin",
+                        help="the Kubernetes plugin restarted after a change (kubernetes.gpu_allocation)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     command = args.command

@@ -30,10 +30,14 @@ CDI_OUTPUT = "/etc/cdi/nvidia.yaml"
 
 #: Action kinds in the order they run on a node.
 KINDS = ("refuse", "drain", "stop-services", "destroy-ci", "destroy-gi", "mig-mode", "reset", "create-gi",
-         "create-ci", "cdi-refresh", "start-services", "restart-device-plugin")
+         "create-ci", "cdi-refresh", "start-services", "restart-plugin")
 #: The kinds that change (or finish changing) a GPU's MIG mode: one step per GPU, and the reason the holders of
 #: the whole GPU (:data:`gpu_provision.node.mig.holders.MODE_HOLDERS`) are stopped rather than only the instance ones.
 MODE_KINDS = ("mig-mode", "reset")
+#: The Kubernetes plugin that lists a node's GPUs, by ``kubernetes.gpu_allocation``: restarted after a MIG change,
+#: since each lists the node's devices only as it starts.
+PLUGINS = {"device-plugin": "the device plugin",
+           "dra": "the DRA kubelet plugin (its ResourceSlices then list the new MIG devices)"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Action:
     reason: str = ""
     #: The CDI spec a ``cdi-refresh`` writes.
     path: str = CDI_OUTPUT
+    #: The plugin a ``restart-plugin`` restarts (a key of :data:`PLUGINS`).
+    plugin: str = "device-plugin"
 
     def __str__(self) -> str:
         where = "" if self.gpu is None else f"GPU {self.gpu}: "
@@ -77,8 +83,8 @@ class Action:
             return where + f"create the compute instance of GPU instance {self.gi} ({self.profile})"
         if self.kind == "cdi-refresh":
             return "regenerate the CDI spec " + self.path
-        if self.kind == "restart-device-plugin":
-            return "restart the device plugin"
+        if self.kind == "restart-plugin":
+            return "restart " + PLUGINS[self.plugin]
         return self.kind
 
 
@@ -155,14 +161,15 @@ def _order(steps: list[Action]) -> list[Action]:
 
 
 def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), allow_drain: bool = False,
-              device_plugin: bool = True, cdi_output: str | None = CDI_OUTPUT) -> list[Action]:
+              plugin: str | None = "device-plugin", cdi_output: str | None = CDI_OUTPUT) -> list[Action]:
     """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
 
     GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
     name), unless ``allow_drain``: then a ``drain`` action stops them first. Holder services among ``active_units``
-    (:func:`gpu_provision.node.mig.holders.holding`) are stopped before the first change and started after the last; the CDI spec is regenerated and the device
-    plugin restarted after any change. ``cdi_output``: the CDI spec to regenerate (its path follows the toolkit
-    release), None on a node without one.
+    (:func:`gpu_provision.node.mig.holders.holding`) are stopped before the first change and started after the
+    last; the CDI spec is regenerated and ``plugin`` (a key of :data:`PLUGINS`, None for none) restarted after any
+    change. ``cdi_output``: the CDI spec to regenerate (its path follows the toolkit release), None on a node
+    without one.
     """
     gpus = {g["index"]: g for g in snapshot.get("gpus", [])}
     if snapshot.get("smi_rc") not in (0, None) or (snapshot.get("error") and not gpus):
@@ -197,8 +204,8 @@ def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), al
         steps.append(Action("start-services", units=tuple(reversed(units))))
     if cdi_output:
         steps.append(Action("cdi-refresh", path=cdi_output))
-    if device_plugin:
-        steps.append(Action("restart-device-plugin"))
+    if plugin:
+        steps.append(Action("restart-plugin", plugin=plugin))
     return _order(steps)
 
 
