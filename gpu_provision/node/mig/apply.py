@@ -123,6 +123,11 @@ def _zombie(pid: int) -> bool:
     return data[data.rfind(")") + 2:].split()[:1] == ["Z"]
 
 
+# crictl's flags as cri-tools v1.36 defines them (kubernetes-sigs/cri-tools, cmd/crictl/sandbox.go listPodCommand:
+# -q, --state ready|notready, --label key=value; container.go listContainersCommand: -q, --name (a regular
+# expression), --pod; stopContainerCommand: stop ID...). Running containers only, as ``ps`` lists without -a.
+
+
 def stop_gpu_pods(names) -> list:
     """Stop the containers of GPU pods (kubelet starts them again), so they release their GPU handles."""
     if not shutil.which("crictl"):
