@@ -11,6 +11,7 @@ The order is dpkg's (``[epoch:]upstream[-revision]``; digits compare as numbers,
 that NVIDIA, Docker, Kubernetes and the kernels publish the same way (``3:580.95.05-1.el9``, ``1.36.4-1.1``).
 """
 
+from functools import lru_cache
 from typing import List, Optional, Tuple
 
 _Part = Tuple[Tuple[int, ...], int]
@@ -24,7 +25,7 @@ def _char(c: str) -> int:
     return ord(c) if c.isalpha() else ord(c) + 256
 
 
-def _parts(text: str) -> List[_Part]:
+def _parts(text: str) -> Tuple[_Part, ...]:
     """``text`` as dpkg compares it: alternating runs of non-digits (by character) and digits (as a number)."""
     out: List[_Part] = []
     i = 0
@@ -38,11 +39,13 @@ def _parts(text: str) -> List[_Part]:
         out.append((tuple(_char(c) for c in text[i:j]) + (0,), int(text[j:k] or 0)))
         i = k
     out.append(_END)
-    return out
+    return tuple(out)
 
 
-def version_key(version: str, parts: Optional[int] = None) -> Tuple[int, List[_Part], List[_Part]]:
-    """A sort key for ``version``: ``sorted(versions, key=version_key)`` puts the newest last.
+@lru_cache(maxsize=4096)
+def version_key(version: str, parts: Optional[int] = None) -> Tuple[int, Tuple[_Part, ...], Tuple[_Part, ...]]:
+    """A sort key for ``version``: ``sorted(versions, key=version_key)`` puts the newest last. Kept for the
+    strings last asked about (immutable, so shared): a cluster file compares the same few versions on every node.
 
     ``parts`` keeps only that many dot-separated parts of the upstream version and drops the revision, to compare
     a branch (``580`` of a ``580.*`` glob) with a full version (``590.44.01-1`` as ``590``).

@@ -116,6 +116,9 @@ def _mirror_keys(cluster: Cluster, ctx: Context) -> None:
 
 #: A node address's one form (see settings.ADDRESS), matched as a whole value.
 _ADDRESS = re.compile(ADDRESS)
+#: An IPv4 address written as ``ipaddress`` writes it (four decimal octets, no leading zeros): its own canonical
+#: form, so the common case skips the parse.
+_CANONICAL_IPV4 = re.compile(r"(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)")
 
 
 def canonical_address(address: str) -> str | None:
@@ -128,6 +131,8 @@ def canonical_address(address: str) -> str | None:
     """
     if not _ADDRESS.fullmatch(address):
         return None
+    if _CANONICAL_IPV4.fullmatch(address):
+        return address
     try:
         return ipaddress.ip_address(address).compressed
     except ValueError:

@@ -5,6 +5,13 @@ address and, with ``ForceManaged``, fetches only from the Debian archive and sec
 node asks for is refused (403, decided locally), and so is every HTTPS tunnel (``PassThroughPattern`` matches
 nothing). Its cache lives in the rig cache directory, so downloads are shared by all nodes and kept
 between rig runs.
+
+Index files (``InRelease``) are taken as fresh for an hour (``FreshIndexMaxAge``, apt-cacher-ng's default is 27 s).
+apt-cacher-ng 3.7 moves a stale index aside under a name with the current second in it: nodes of one test module
+running ``apt-get update`` in the same second made it fail ("Failure to move file ... out of the way ... errno: File
+exists", then "Error creating file item"), and the node whose request it dropped hung in apt's http method on the
+closed connection (CLOSE-WAIT) until the deploy's 480 s timeout. An hour keeps refreshes rare within a test run;
+the indexes they point to are fetched by hash, so a node never mixes two versions of an index.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ ForeGround: 1
 ForceManaged: 1
 PassThroughPattern: ^$
 ExThreshold: 4
+FreshIndexMaxAge: 3600
 Remap-debrep: deb.debian.org/debian ; http://deb.debian.org/debian
 Remap-secdeb: deb.debian.org/debian-security security.debian.org/debian-security ; http://deb.debian.org/debian-security
 """

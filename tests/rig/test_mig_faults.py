@@ -19,7 +19,7 @@ import yaml
 from test_mig import A_PLACED, B_PLACED, DEPLOY, HEADERS, A, B, cluster_doc, placed, reboot
 
 from gpu_provision.bundle import BUNDLE_PATH
-from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.config import SUDO_USER, RigNode
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -208,7 +208,8 @@ def test_a_deploy_waits_for_the_boot_unit(rig, at_a, ssh, pyinfra, monkeypatch, 
     """The boot unit against a deploy (one MIG applier per node): gpu-provision-mig.service applies the layout file's
     A and is held at the gate in the middle of its GPU instance creation, holding the node's applier lock, while a
     real pyinfra deploy of layout B runs. The deploy's applier waits for the lock, then applies B after the unit's A:
-    both succeed, the unit's journal shows A applied whole, and the GPUs end at the deploy's B."""
+    both succeed, the unit's journal shows A applied whole, and the GPUs end at the deploy's B. The module's other
+    deploys log in as root; this one logs in as the sudo user, so the applier's lock is taken through sudo too."""
     from_b = ssh(at_a, f"python3 {BUNDLE_PATH} mig-apply apply --layout {B_LAYOUT}")  # so the unit has A to make
     assert from_b.returncode == 0, from_b.stdout + from_b.stderr
     layout_file = "/etc/gpu-provision/mig-layout.yaml"
@@ -221,7 +222,9 @@ def test_a_deploy_waits_for_the_boot_unit(rig, at_a, ssh, pyinfra, monkeypatch, 
     try:
         wait_reached(ssh, at_a)
         cluster = tmp_path / "cluster-b.yaml"
-        cluster.write_text(yaml.safe_dump(cluster_doc(rig, at_a, B, {"7g.141gb": 1}), sort_keys=False))
+        doc = cluster_doc(rig, at_a, B, {"7g.141gb": 1})
+        doc["cluster"]["ssh"]["user"] = SUDO_USER
+        cluster.write_text(yaml.safe_dump(doc, sort_keys=False))
         monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster))
         run = pyinfra.start(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="mig_deploy.py"))
         try:
@@ -248,3 +251,6 @@ def test_a_deploy_waits_for_the_boot_unit(rig, at_a, ssh, pyinfra, monkeypatch, 
     assert placed(ssh, at_a, 0) == B_PLACED  # the deploy's layout, applied after the unit's
     assert ssh(at_a, f"systemctl is-active {UNIT}").stdout.strip() == "active"
     assert ssh(at_a, f"test -e {RECORD}").returncode != 0
+    through_sudo = [line for line in ssh(at_a, "journalctl --no-pager -o cat _COMM=sudo").stdout.splitlines()
+                    if "mig-apply apply" in line]
+    assert through_sudo and all(line.lstrip().startswith(SUDO_USER + " :") for line in through_sudo), through_sudo

@@ -145,6 +145,20 @@ def test_no_host_name_looks_like_a_malformed_ipv4_address(name: str) -> None:
         assert re.fullmatch(ADDRESS, name), name  # the schema takes every address the check of meaning takes
 
 
+@settings(max_examples=500, deadline=None)
+@given(octets=st.lists(st.one_of(st.integers(0, 300).map(str), st.integers(0, 99).map(lambda n: f"0{n}")),
+                       min_size=4, max_size=4))
+def test_dotted_quads_are_written_as_ipaddress_writes_them(octets: list[str]) -> None:
+    # The check of meaning takes a plain dotted quad as its own canonical form without parsing it: the standard
+    # library's parse is the oracle for every such text, valid or not.
+    text = ".".join(octets)
+    try:
+        expected: str | None = str(ipaddress.ip_address(text))
+    except ValueError:
+        expected = None
+    assert canonical_address(text) == expected, text
+
+
 @pytest.mark.parametrize("address", ["gpu-01.lab", "GPU-01.Lab.", "0x7f.com", "a.0x7f", "3com.example", "localhost",
                                      "10.0.0.1", "::1", "fe80::1%eth0", "::ffff:10.0.0.1"])
 def test_addresses_and_host_names_are_taken(address: str) -> None:
