@@ -303,6 +303,8 @@ def _key(node: yaml.ScalarNode, path: Path, loader: yaml.SafeLoader, filename: s
     if node.tag not in _TAGS:
         raise _error(filename, *here, path, f"YAML tag '{_short(node.tag)}' is not supported on a key "
                                             "(allowed: text, numbers, booleans, null and dates)")
+    if node.tag == _STR:  # most keys: the text itself, as the constructor would return it
+        return node.value
     try:
         key = loader.construct_object(node)
         return key if isinstance(key, str) else str(key)
