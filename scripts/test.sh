@@ -9,7 +9,7 @@ bash scripts/setup-dev.sh
 .venv/bin/mypy
 bash scripts/wheel-smoke.sh
 set +e
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=20 "$@"
 status=$?
 set -e
 if [ "$status" = 5 ]; then

@@ -9,7 +9,11 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
   expectations. It checks that the cache directory is still root's alone (owner root, no group or other bits)
   and holds this digest's copy; if not it prints :data:`CACHE_MISS` and exits 0. Otherwise it removes other
   versions' copies (the one place that does, whichever way the copy came: the installer below or the pyinfra
-  stage, :func:`gpu_provision.stages.verify.verify`, which writes it as a file), then writes the
+  stage, :func:`gpu_provision.stages.verify.verify`, which writes it as a file). The first run on a node's
+  interpreter keeps beside the copy a compiled one for it (``<digest>.<cache tag>.pyz``: each module's source
+  and its bytecode as an unchecked hash-based ``.pyc``, PEP 552), and later runs import from that: importing
+  from a zip of sources compiles every module on every run, which was half of the agent's own CPU time. A copy
+  for another interpreter is ignored by its bytecode's magic number. Then it writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
   name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
   hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to
@@ -52,11 +56,31 @@ except OSError:
 if not ok:
     print({miss!r});sys.exit(0)
 for n in os.listdir(R):
-    if n.endswith('.pyz') and n!='{digest}.pyz':
+    if n.endswith('.pyz') and not n.startswith('{digest}.'):
         try:
             os.remove(R+'/'+n)
         except OSError:
             pass
+T=sys.implementation.cache_tag
+C=R+'/{digest}.'+str(T)+'.pyz'
+if T and not os.path.isfile(C):
+    try:
+        import importlib.util as u,marshal,zipfile
+        t=tempfile.mkstemp(prefix='.compiled-',dir=R)[1]
+        with zipfile.ZipFile(A) as z,zipfile.ZipFile(t,'w') as o:
+            for i in z.infolist():
+                b=z.read(i);o.writestr(i,b)
+                if i.filename.endswith('.py'):
+                    o.writestr(i.filename+'c',u.MAGIC_NUMBER+(1).to_bytes(4,'little')+u.source_hash(b)+marshal.dumps(
+                        compile(b,C+'/'+i.filename,'exec',dont_inherit=True)),i.compress_type)
+        os.replace(t,C)
+    except Exception:
+        try:
+            os.remove(t)
+        except Exception:
+            pass
+if T and os.path.isfile(C):
+    A=C
 d=tempfile.mkdtemp(prefix='run-',dir=R)
 tempfile.tempdir=d
 r=3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,13 @@ from gpu_provision.verify import agent
 from gpu_provision.verify.collect import verify_host
 from gpu_provision.verify.expect import build_expectations
 from gpu_provision.verify.report import schema_problems
+
+
+def kept_copies() -> list[str]:
+    """What the cache keeps of this version: the copy, and the one compiled for the node's ``python3``."""
+    tag = subprocess.run(["python3", "-c", "import sys; print(sys.implementation.cache_tag)"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    return sorted([f"{agent.agent_digest()}.pyz", f"{agent.agent_digest()}.{tag}.pyz"])
 
 
 @pytest.fixture
@@ -59,7 +67,7 @@ def test_the_agent_is_sent_once_per_version_then_one_short_command(node) -> None
     again, sent = verify_counted(inventory, cache)
     assert len(sent) == 1 and sent[0] < 20_000 and sent[0] < agent_size / 10
     assert schema_problems(again) == [] and again["node"] == report["node"]
-    assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
+    assert sorted(p.name for p in cache.iterdir()) == kept_copies()
     assert cache.stat().st_mode & 0o7777 == 0o700 and cache.stat().st_uid == 0
     assert cache.parent.stat().st_mode & 0o777 == 0o755  # a parent it makes is not closed to others
     assert (cache / f"{agent.agent_digest()}.pyz").stat().st_mode & 0o777 == 0o600
@@ -88,7 +96,7 @@ def test_an_older_version_is_replaced(node) -> None:
     cache.mkdir(parents=True, mode=0o700)
     (cache / ("0" * 32 + ".pyz")).write_bytes(b"old agent")
     verify_counted(inventory, cache)
-    assert [p.name for p in cache.iterdir()] == [f"{agent.agent_digest()}.pyz"]
+    assert sorted(p.name for p in cache.iterdir()) == kept_copies()
 
 
 def test_a_run_removes_older_versions_that_another_path_left(node) -> None:
@@ -99,7 +107,37 @@ def test_a_run_removes_older_versions_that_another_path_left(node) -> None:
     (cache / "notes.txt").write_text("not an agent")
     _, sent = verify_counted(inventory, cache)
     assert len(sent) == 1
-    assert sorted(p.name for p in cache.iterdir()) == sorted([f"{agent.agent_digest()}.pyz", "notes.txt"])
+    assert sorted(p.name for p in cache.iterdir()) == sorted([*kept_copies(), "notes.txt"])
+
+
+def test_the_compiled_copy_holds_each_module_and_its_bytecode(node) -> None:
+    """Imports from a zip of sources compile every module on every run; the copy compiled once for the node's
+    interpreter has each source beside an unchecked hash-based ``.pyc`` (PEP 552) of it."""
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    compiled = cache / next(n for n in kept_copies() if n.count(".") == 2)
+    assert compiled.stat().st_mode & 0o777 == 0o600
+    with zipfile.ZipFile(compiled) as z:
+        names = set(z.namelist())
+        sources = {n for n in names if n.endswith(".py")}
+        assert sources and {n + "c" for n in sources} <= names
+        header = z.read(sorted(sources)[0] + "c")[:16]
+    assert int.from_bytes(header[4:8], "little") == 1  # hash-based, source not checked
+
+
+def test_a_compiled_copy_that_is_not_usable_is_passed_over(node) -> None:
+    """Bytecode another interpreter wrote (another magic number) is ignored by the import system, which reads the
+    sources beside it: the run still reports."""
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    compiled = cache / next(n for n in kept_copies() if n.count(".") == 2)
+    with zipfile.ZipFile(compiled) as z:
+        entries = [(i, z.read(i)) for i in z.infolist()]
+    with zipfile.ZipFile(compiled, "w") as z:
+        for info, data in entries:
+            z.writestr(info, b"\0\0\0\0" + data[4:] if info.filename.endswith(".pyc") else data)
+    report, sent = verify_counted(inventory, cache)
+    assert len(sent) == 1 and schema_problems(report) == [] and report["node"] == "local-node"
 
 
 def test_a_cache_path_that_is_a_link_is_refused(node, tmp_path: Path) -> None:
