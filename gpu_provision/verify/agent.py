@@ -66,7 +66,7 @@ C=R+'/{digest}.'+str(T)+'.pyz'
 if T and not os.path.isfile(C):
     try:
         import importlib.util as u,marshal,zipfile
-        t=tempfile.mkstemp(prefix='.compiled-',dir=R)[1]
+        f,t=tempfile.mkstemp(prefix='.compiled-',dir=R);os.close(f)
         with zipfile.ZipFile(A) as z,zipfile.ZipFile(t,'w') as o:
             for i in z.infolist():
                 b=z.read(i);o.writestr(i,b)
