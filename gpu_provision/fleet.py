@@ -242,7 +242,10 @@ def run_fleet(inventory: Inventory, work: Callable[[Reached], T], settings: Flee
     tally = _Tally(len(hosts), progress, failed)
     tally.begin()
     try:
-        with _remembered_host_keys():
+        # pyinfra keeps the running State in one process-wide context, not one per greenlet: it is set here for
+        # the whole run, so a greenlet leaving its own ``ctx_state.use(state)`` (a short command, one host's
+        # deploy) cannot unset it under another host's deploy still in progress.
+        with _remembered_host_keys(), ctx_state.use(state):
             greenlets = [state.pool.spawn(tally.counted, _run_host, state, host, work) for host in hosts]
             gevent.joinall(greenlets)
         results = [g.get() for g in greenlets]

@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gevent
 import pytest
 from pyinfra.api import Inventory
+from pyinfra.context import ctx_state
 from pyinfra.operations import server
 
 from gpu_provision.drift import check_fleet
@@ -71,6 +73,38 @@ def test_apply_runs_a_hosts_operations_in_order_and_stops_at_the_first_failure()
     (result,) = run_fleet(Inventory((["@local"], {})), work).hosts
     assert result.value == ("applied", True, True, False, False)
     assert result.commands == 2
+
+
+def test_a_deploy_keeps_the_runs_state_when_another_greenlet_leaves_its_own_use_of_it():
+    """pyinfra's state context is process-wide: a short command in another greenlet that set it first and
+    leaves while a deploy is still adding operations must not unset it (a rollout batch's two nodes, or a
+    node's deploy beside the control plane's kubectl, failed with "type object 'State' has no attribute
+    'config'")."""
+    left = []
+
+    def short(reached: Reached) -> None:
+        with ctx_state.use(reached.state):
+            gevent.sleep(0.05)
+        left.append(ctx_state.get() is reached.state)
+
+    def work(reached: Reached) -> Any:
+        other = gevent.spawn(short, reached)
+        gevent.sleep(0)  # the other greenlet sets the context first
+
+        def deploy() -> Any:
+            gevent.sleep(0.1)  # the other one leaves meanwhile
+            return server.shell(commands=["echo after"])
+
+        try:
+            shown, ok = reached.apply(deploy)
+        finally:
+            other.join()
+        return shown.stdout, ok
+
+    (result,) = run_fleet(Inventory((["@local"], {})), work).hosts
+    assert result.value == ("after", True)
+    assert left == [True]
+    assert ctx_state.get() is None  # the run gives the context back as it found it
 
 
 def test_exception_in_the_work_is_raised_after_every_host_finished(closed_port):

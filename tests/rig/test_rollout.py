@@ -253,56 +253,60 @@ def test_mig_change_stops_at_a_failure_and_a_rerun_resumes(site):
     site.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                 "metadata": {"name": "serve", "namespace": "default"},
                 "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}}})
-    wait_running(site, [f"serve-{g1.name}"])
-    site.write(NEW, B)
-    code, doc, output = site.rollout("--max-unavailable", "1")
-    assert code == 1, output[-8000:]
-    result = {n["name"]: n for n in doc["nodes"]}
-    assert result[g1.name]["result"] == "failed"
-    assert "PodDisruptionBudget" in result[g1.name]["reason"]
-    assert [result[n.name]["result"] for n in (g2, g3, g4)] == ["not-started"] * 3
-    assert "reach max_unavailable 1" in doc["stopped"]
-    nodes = site.nodes_json()
-    assert nodes[g1.name]["metadata"]["labels"][LABEL] == "upgrade-failed"
-    assert nodes[g1.name]["spec"]["unschedulable"] is True
-    assert "PodDisruptionBudget" in nodes[g1.name]["metadata"]["annotations"]["gpu-provision.io/rollout-reason"]
-    for node in site.gpus:
-        assert placed(site.ssh, node) == ["3g.71gb", "3g.71gb"]  # nothing changed anywhere
-    status = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", "status",
-                             str(REPO / "inventory.py"), "--json"], capture_output=True, text=True, timeout=300,
-                            cwd=site.workdir, env=site.env)
-    assert status.returncode == 1, status.stdout + status.stderr
-    rows = {r["name"]: r for r in json.loads(status.stdout)["nodes"]}
-    assert rows[g1.name]["state"] == "upgrade-failed" and rows[g1.name]["cordoned"] is True
-    assert rows[g2.name]["state"] == "upgrade-done"
+    try:
+        wait_running(site, [f"serve-{g1.name}"])
+        site.write(NEW, B)
+        code, doc, output = site.rollout("--max-unavailable", "1")
+        assert code == 1, output[-8000:]
+        result = {n["name"]: n for n in doc["nodes"]}
+        assert result[g1.name]["result"] == "failed"
+        assert "PodDisruptionBudget" in result[g1.name]["reason"]
+        assert [result[n.name]["result"] for n in (g2, g3, g4)] == ["not-started"] * 3
+        assert "reach max_unavailable 1" in doc["stopped"]
+        nodes = site.nodes_json()
+        assert nodes[g1.name]["metadata"]["labels"][LABEL] == "upgrade-failed"
+        assert nodes[g1.name]["spec"]["unschedulable"] is True
+        assert "PodDisruptionBudget" in nodes[g1.name]["metadata"]["annotations"]["gpu-provision.io/rollout-reason"]
+        for node in site.gpus:
+            assert placed(site.ssh, node) == ["3g.71gb", "3g.71gb"]  # nothing changed anywhere
+        status = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", "status",
+                                 str(REPO / "inventory.py"), "--json"], capture_output=True, text=True, timeout=300,
+                                cwd=site.workdir, env=site.env)
+        assert status.returncode == 1, status.stdout + status.stderr
+        rows = {r["name"]: r for r in json.loads(status.stdout)["nodes"]}
+        assert rows[g1.name]["state"] == "upgrade-failed" and rows[g1.name]["cordoned"] is True
+        assert rows[g2.name]["state"] == "upgrade-done"
 
-    # Run again as is: the failed node is skipped and still counts, so nothing starts.
-    code, doc, output = site.rollout("--max-unavailable", "1")
-    assert code == 1, output[-8000:]
-    result = {n["name"]: n for n in doc["nodes"]}
-    assert result[g1.name]["result"] == "skipped" and "--retry-failed" in result[g1.name]["reason"]
-    assert doc["batches"] == []
+        # Run again as is: the failed node is skipped and still counts, so nothing starts.
+        code, doc, output = site.rollout("--max-unavailable", "1")
+        assert code == 1, output[-8000:]
+        result = {n["name"]: n for n in doc["nodes"]}
+        assert result[g1.name]["result"] == "skipped" and "--retry-failed" in result[g1.name]["reason"]
+        assert doc["batches"] == []
 
-    # The budget removed (the cause fixed) and a short job on each other node: --retry-failed resumes g1 first.
-    assert site.kubectl("delete pdb serve -n default").returncode == 0
-    for node in (g2, g3, g4):
-        site.apply(job(f"mig-job-{node.name}", node.name, 6))
-    wait_running(site, [f"mig-job-{n.name}" for n in (g2, g3, g4)])
-    code, doc, output = site.rollout("--max-unavailable", "1", "--retry-failed")
-    assert code == 0, output[-8000:]
-    assert [b["nodes"] for b in doc["batches"]] == [[g1.name], [g2.name], [g3.name], [g4.name]]
-    paths = states(doc)
-    assert "pod-deletion-required" in [s for s, _ in paths[g1.name]]
-    for node in site.gpus:
-        assert [s for s, _ in paths[node.name]][-4:] == DONE_PATH[-4:]
-        assert placed(site.ssh, node) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
-    for name, node in site.nodes_json().items():
-        if name in {n.name for n in site.gpus}:
-            assert node["metadata"]["labels"][LABEL] == "upgrade-done"
-            assert not node["spec"].get("unschedulable")
-    # Nothing left to roll: a further run changes nothing.
-    code, doc, output = site.rollout()
-    assert code == 0 and doc["batches"] == [], output[-4000:]
+        # The budget removed (the cause fixed) and a short job on each other node: --retry-failed resumes g1 first.
+        assert site.kubectl("delete pdb serve -n default").returncode == 0
+        for node in (g2, g3, g4):
+            site.apply(job(f"mig-job-{node.name}", node.name, 6))
+        wait_running(site, [f"mig-job-{n.name}" for n in (g2, g3, g4)])
+        code, doc, output = site.rollout("--max-unavailable", "1", "--retry-failed")
+        assert code == 0, output[-8000:]
+        assert [b["nodes"] for b in doc["batches"]] == [[g1.name], [g2.name], [g3.name], [g4.name]]
+        paths = states(doc)
+        assert "pod-deletion-required" in [s for s, _ in paths[g1.name]]
+        for node in site.gpus:
+            assert [s for s, _ in paths[node.name]][-4:] == DONE_PATH[-4:]
+            assert placed(site.ssh, node) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
+        for name, node in site.nodes_json().items():
+            if name in {n.name for n in site.gpus}:
+                assert node["metadata"]["labels"][LABEL] == "upgrade-done"
+                assert not node["spec"].get("unschedulable")
+        # Nothing left to roll: a further run changes nothing.
+        code, doc, output = site.rollout()
+        assert code == 0 and doc["batches"] == [], output[-4000:]
+    finally:
+        # Gone also when an assertion above failed, so the next tests' evictions are not refused by it.
+        site.kubectl("delete pdb serve -n default --ignore-not-found")
 
 
 def test_ctrl_c_lets_the_nodes_in_flight_reach_a_safe_state_and_a_rerun_resumes(site):
