@@ -12,8 +12,11 @@ fleet. Instead the node keeps one copy per version, named by the digest of its b
   stage, :func:`gpu_provision.stages.verify.verify`, which writes it as a file). The first run on a node's
   interpreter keeps beside the copy a compiled one for it (``<digest>.<cache tag>.pyz``: each module's source
   and its bytecode as an unchecked hash-based ``.pyc``, PEP 552), and later runs import from that: importing
-  from a zip of sources compiles every module on every run, which was half of the agent's own CPU time. A copy
-  for another interpreter is ignored by its bytecode's magic number. Then it writes the
+  from a zip of sources compiles every module on every run, which was half of the agent's own CPU time. The
+  cache tag in the name keeps each interpreter to its own compiled copy; bytecode in it that the interpreter
+  cannot use (a magic number of another build) is passed over by the import system for the source beside it.
+  The compiled copy is written to a ``.compiled-*.pyz`` temporary file first, so one a killed run left behind
+  is pruned with the other versions by the next run. Then it writes the
   expectations into a fresh private run directory inside the cache (``mkdtemp``: mode 0700, an unpredictable
   name), runs the agent from the copy in the same process (its own temporary files, such as the pod manifest it
   hands kubectl, go to that directory too), prints its report and removes the run directory, unless asked to
@@ -66,7 +69,7 @@ C=R+'/{digest}.'+str(T)+'.pyz'
 if T and not os.path.isfile(C):
     try:
         import importlib.util as u,marshal,zipfile
-        f,t=tempfile.mkstemp(prefix='.compiled-',dir=R);os.close(f)
+        f,t=tempfile.mkstemp('.pyz','.compiled-',R);os.close(f)
         with zipfile.ZipFile(A) as z,zipfile.ZipFile(t,'w') as o:
             for i in z.infolist():
                 b=z.read(i);o.writestr(i,b)

@@ -110,6 +110,36 @@ def test_a_run_removes_older_versions_that_another_path_left(node) -> None:
     assert sorted(p.name for p in cache.iterdir()) == sorted([*kept_copies(), "notes.txt"])
 
 
+def test_a_compiled_copy_that_a_killed_run_left_half_written_is_pruned(node, tmp_path: Path) -> None:
+    """The compiled copy is written to a temporary file in the cache before it is renamed into place: one a run
+    killed meanwhile left (here the node's python3 ends itself as soon as that file exists) is removed by the
+    next run, as other versions are."""
+    inventory, cache = node
+    verify_counted(inventory, cache)
+    for name in kept_copies():
+        if name.count(".") == 2:
+            (cache / name).unlink()
+    killer = tmp_path / "killer"
+    killer.mkdir()
+    (killer / "sitecustomize.py").write_text(
+        "import os, tempfile\n"
+        "made = tempfile.mkstemp\n"
+        "def mkstemp(*args, **kwargs):\n"
+        "    made_now = made(*args, **kwargs)\n"
+        "    if '.compiled-' in repr((args, kwargs)):\n"
+        "        os._exit(137)\n"
+        "    return made_now\n"
+        "tempfile.mkstemp = mkstemp\n")
+    command = agent.run_command(json.dumps(build_expectations("local-node", "H200", 1).to_dict()),
+                                cache_dir=str(cache))
+    killed = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(killer)})
+    assert killed.returncode == 137, killed.stderr
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".compiled-")]  # what the killed run left
+    verify_counted(inventory, cache)
+    assert sorted(p.name for p in cache.iterdir()) == kept_copies()
+
+
 def test_the_compiled_copy_holds_each_module_and_its_bytecode(node) -> None:
     """Imports from a zip of sources compile every module on every run; the copy compiled once for the node's
     interpreter has each source beside an unchecked hash-based ``.pyc`` (PEP 552) of it."""
