@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from gpu_provision import bundle
+from gpu_provision.node.mig.layout import DEFAULT_PLUGIN
 from gpu_provision.node.mig.migparted import document
 from gpu_provision.spec import catalog
 from gpu_provision.spec import toolkit as toolkit_facts
@@ -98,7 +99,7 @@ def plugin_for(cluster: Cluster) -> str | None:
     return "dra" if cluster.kubernetes.dra else "device-plugin"
 
 
-def apply_command(node: Node, what: str = "apply", plugin: str | None = "device-plugin") -> str:
+def apply_command(node: Node, what: str = "apply", plugin: str | None = DEFAULT_PLUGIN) -> str:
     """The shell command that runs the installed applier for ``node`` (``apply``, ``plan`` or ``vgpu``);
     ``plugin`` (:func:`plugin_for`) is the one an ``apply`` restarts, named when it is not the applier's default."""
     args = [what, cdi_flag(node)] if what == "apply" else [what]
@@ -108,6 +109,6 @@ def apply_command(node: Node, what: str = "apply", plugin: str | None = "device-
         args += ["--vgpu", VGPU_FILE]
     if what == "apply":
         args += flags(node)
-        if plugin != "device-plugin":
+        if plugin != DEFAULT_PLUGIN:
             args.append(f"--plugin={plugin or 'none'}")
     return bundle.command(ENTRY, *args)

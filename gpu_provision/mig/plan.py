@@ -18,7 +18,7 @@ __all__ = ["Action", "Drift", "layout_drift", "mig_actions"]
 
 def mig_actions(desired: dict[int, GpuLayout], actual: dict[str, Any], *,
                 active_units: set[str] | frozenset[str] = frozenset(), allow_drain: bool = False,
-                plugin: str | None = "device-plugin") -> list[Action]:
+                plugin: str | None = layout.DEFAULT_PLUGIN) -> list[Action]:
     """The ordered actions that bring a node's GPUs from ``actual`` (the probe's ``mig`` section) to ``desired``.
 
     Empty when every GPU already has its layout. ``active_units`` are the node's GPU-holding units that run

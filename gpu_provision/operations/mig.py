@@ -19,7 +19,7 @@ from pyinfra.api import operation
 from gpu_provision.mig import install as agent_mig
 from gpu_provision.mig.plan import mig_actions
 from gpu_provision.node.mig.holders import MODE_HOLDERS, holding
-from gpu_provision.node.mig.layout import Action
+from gpu_provision.node.mig.layout import DEFAULT_PLUGIN, Action
 from gpu_provision.operations.commands import current_state, fail_command, mark_changed
 from gpu_provision.spec.model import Node
 from gpu_provision.state import NodeStateData, Request
@@ -35,13 +35,13 @@ def active_units(state: NodeStateData) -> set[str]:
     return holding({name: unit.active for name, unit in units.items() if unit is not None and unit.loaded})
 
 
-def node_actions(node: Node, state: NodeStateData, plugin: str | None = "device-plugin") -> list[Action]:
+def node_actions(node: Node, state: NodeStateData, plugin: str | None = DEFAULT_PLUGIN) -> list[Action]:
     """The MIG actions ``node`` needs, given its probed state; ``plugin`` is restarted after a change."""
     return mig_actions(node.mig.planned, state.section("mig"), active_units=active_units(state),
                        allow_drain=node.mig.allow_drain, plugin=plugin)
 
 
-def commands_for(node: Node, actions: list[Action], plugin: str | None = "device-plugin") -> list[str]:
+def commands_for(node: Node, actions: list[Action], plugin: str | None = DEFAULT_PLUGIN) -> list[str]:
     """Shell commands for ``actions``: one failing command naming the refusals, or the applier run.
 
     A node whose ``nvidia-smi`` could not answer (no driver yet, at prepare time of a first run) gets the applier
@@ -57,7 +57,7 @@ def commands_for(node: Node, actions: list[Action], plugin: str | None = "device
 @operation()
 def layout(node: Node, request: Request | None = None,
            waits_for: Callable[[NodeStateData], str | None] | None = None,
-           plugin: str | None = "device-plugin") -> Any:
+           plugin: str | None = DEFAULT_PLUGIN) -> Any:
     """MIG mode, GPU instances and compute instances of every GPU of ``node`` as its layouts say.
 
     + node: the typed node (``node.mig.planned``: the layouts the resolve step planned)

@@ -4,9 +4,13 @@ its ResourceSlices; other pods are left alone, and the boot unit (before kubelet
 
 from __future__ import annotations
 
+from typing import get_args
+
 from migsim import MigNode
 
 from gpu_provision.node.mig.holders import DRA_PLUGIN_LABEL
+from gpu_provision.node.mig.layout import DEFAULT_PLUGIN, PLUGINS
+from gpu_provision.spec.model import GpuAllocation, Kubernetes
 
 LAYOUT = {"version": "v1", "mig-configs": {"node-1": [
     {"device-filter": ["0x233510DE"], "devices": [0], "mig-enabled": True, "mig-devices": {"3g.71gb": 2}}]}}
@@ -72,3 +76,11 @@ def test_a_node_without_kubernetes_plans_no_restart(mig_node: MigNode) -> None:
     plan = mig_node.apply(LAYOUT, "--plugin=none", command="plan")
     assert plan.returncode == 0, plan.stdout
     assert not any(line.startswith("restart ") for line in plan.stdout.splitlines())
+
+
+def test_the_plugin_named_by_default_is_the_cluster_files_default_allocation() -> None:
+    """The applier, its plan and the stage restart ``DEFAULT_PLUGIN`` when told nothing: the plugin a cluster file
+    that leaves ``kubernetes.gpu_allocation`` out runs; and the plugins the applier knows are those the file may
+    choose."""
+    assert Kubernetes().gpu_allocation == DEFAULT_PLUGIN
+    assert set(PLUGINS) == set(get_args(GpuAllocation))

@@ -420,7 +420,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cdi-output", default=mig_layout.CDI_OUTPUT, metavar="PATH",
                         help="CDI spec regenerated after a change (empty: the node keeps none)")
     parser.add_argument("--boot", action="store_true", help="running at boot: no reboot, no plugin restart")
-    parser.add_argument("--plugin", choices=[*mig_layout.PLUGINS, "none"], default="device-plugin",
+    parser.add_argument("--plugin", choices=[*mig_layout.PLUGINS, "none"], default=mig_layout.DEFAULT_PLUGIN,
                         help="the Kubernetes plugin restarted after a change (kubernetes.gpu_allocation)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

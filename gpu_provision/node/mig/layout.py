@@ -38,6 +38,8 @@ MODE_KINDS = ("mig-mode", "reset")
 #: since each lists the node's devices only as it starts.
 PLUGINS = {"device-plugin": "the device plugin",
            "dra": "the DRA kubelet plugin (its ResourceSlices then list the new MIG devices)"}
+#: The plugin restarted when none is named: ``kubernetes.gpu_allocation``'s own default.
+DEFAULT_PLUGIN = "device-plugin"
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ class Action:
     #: The CDI spec a ``cdi-refresh`` writes.
     path: str = CDI_OUTPUT
     #: The plugin a ``restart-plugin`` restarts (a key of :data:`PLUGINS`).
-    plugin: str = "device-plugin"
+    plugin: str = DEFAULT_PLUGIN
 
     def __str__(self) -> str:
         where = "" if self.gpu is None else f"GPU {self.gpu}: "
@@ -161,7 +163,7 @@ def _order(steps: list[Action]) -> list[Action]:
 
 
 def plan_node(desired: dict[int, GpuLayout], snapshot: dict, active_units=(), allow_drain: bool = False,
-              plugin: str | None = "device-plugin", cdi_output: str | None = CDI_OUTPUT) -> list[Action]:
+              plugin: str | None = DEFAULT_PLUGIN, cdi_output: str | None = CDI_OUTPUT) -> list[Action]:
     """The ordered actions that bring the node in ``snapshot`` to ``desired`` (empty when it is there).
 
     GPUs needing a change while user processes hold them get a ``refuse`` action naming the processes (pid and
