@@ -15,14 +15,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ rig/pyproject.toml 
 fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  packages=$(.venv/bin/python -m gpu_provision_rig.hostdeps)
-  missing=$(dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' $packages 2>/dev/null | awk '$2 != "ii" {print $1}' || true)
-  for p in $packages; do dpkg-query -W "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-  if [ -n "${missing// /}" ]; then
-    echo "installing host packages:$missing"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
-  fi
+  updated=
+  for flags in "" "--no-recommends"; do
+    packages=$(.venv/bin/python -m gpu_provision_rig.hostdeps $flags)
+    missing=$(dpkg-query -W -f '${Package} ${db:Status-Abbrev}\n' $packages 2>/dev/null | awk '$2 != "ii" {print $1}' || true)
+    for p in $packages; do dpkg-query -W "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+    if [ -n "${missing// /}" ]; then
+      echo "installing host packages${flags:+ ($flags)}:$missing"
+      [ -n "$updated" ] || { apt-get update -qq; updated=1; }
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${flags:+--no-install-recommends} $missing >/dev/null
+    fi
+  done
 else
   echo "note: not root or no apt-get: the local test rig's host packages were not installed (rig tests will skip)"
 fi

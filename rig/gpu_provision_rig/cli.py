@@ -1,5 +1,5 @@
 """``gpu-provision-rig``: the local test rig of systemd-nspawn nodes (up, down, status, inventory, reset,
-vagrant-cluster).
+vagrant-cluster) and the VM tier's box (box).
 
 Errors are :class:`~gpu_provision_rig.errors.RigError` or the product's, all of the one
 :class:`~gpu_provision.errors.GpuProvisionError` family: printed as one line (exit status 2), the traceback only
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from gpu_provision.commands import vagrant
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision_rig.box import DEFAULT_SUITE, SUITES, ensure_box
 from gpu_provision_rig.cluster import nodes_from_cluster
 from gpu_provision_rig.config import RigNode, numbered_nodes
 from gpu_provision_rig.lifecycle import Rig
@@ -55,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.set_defaults(handler=reset)
 
+    p = rsub.add_parser("box", help="build (or find cached) the Vagrant box for the libvirt provider from Debian's "
+                                     "archive; prints the .box file and its image")
+    p.add_argument("--suite", choices=sorted(SUITES), default=DEFAULT_SUITE,
+                   help=f"Debian release (default {DEFAULT_SUITE}: Debian 12; trixie: Debian 13)")
+    p.set_defaults(handler=box)
+
     vagrant.register(rsub)
     return parser
 
@@ -62,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _setup_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
                         format="%(message)s", stream=sys.stderr)
+
+
+def box(args: argparse.Namespace) -> int:
+    """Build the box (or find it in the rig's cache) and say where it is and how Vagrant takes it."""
+    _setup_logging(args)
+    built = ensure_box(Rig().paths.cache, args.suite)
+    print(f"box: {built.box_file}")
+    print(f"image: {built.image} (kernel {built.kernel})")
+    print(f"add it: vagrant box add --name gpu-provision/{built.name} {built.box_file}")
+    return 0
 
 
 def _nodes(args: argparse.Namespace) -> list[RigNode]:
