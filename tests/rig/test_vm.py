@@ -3,8 +3,8 @@ product run against it through plain pyinfra and the fleet commands, as the box'
 
 What a VM has that an nspawn node has not: its own kernel, loadable modules, an initramfs, a boot loader and real
 reboots. What it lacks here: a GPU (none can be passed through on this machine), so the product must say exactly
-that and nothing else. The box (:mod:`gpu_provision_rig.box`) is cached between runs; its first build takes about
-two minutes, a boot under TCG about half a minute. Network: the VM reaches only the rig's apt proxy and mirror
+that and nothing else. The boxes (:mod:`gpu_provision_rig.box`, Debian 12 and 13; every test runs on both) are cached between runs; a
+first build takes about a minute, a boot under TCG about half a minute. Network: the VM reaches only the rig's apt proxy and mirror
 (:mod:`gpu_provision_rig.vm`); the controller reaches it only on 127.0.12.1.
 """
 
@@ -38,16 +38,17 @@ CHANGED_FILES = "sudo -n find /etc /usr /boot -newer /etc/hostname 2>/dev/null |
 NO_GPU = "0 NVIDIA GPU(s) on the PCI bus, the file expects 1 H200"
 
 
-@pytest.fixture(scope="module")
-def box(rig) -> Box:  # type: ignore[no-untyped-def]
-    """The Debian 12 box, from the rig's cache (built on first use)."""
-    return ensure_box(rig.paths.cache)
+@pytest.fixture(scope="module", params=["bookworm", "trixie"])
+def box(rig, request: pytest.FixtureRequest) -> Box:  # type: ignore[no-untyped-def]
+    """The Debian 12 box, then the Debian 13 one, from the rig's cache (built on first use): every test runs on
+    both."""
+    return ensure_box(rig.paths.cache, request.param)
 
 
 @pytest.fixture(scope="module")
 def vm(rig, rig_nodes, box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vm]:  # type: ignore[no-untyped-def]
     """One VM from the box, booted, stopped at the end of the module."""
-    machine = Vm(VM, box, tmp_path_factory.mktemp("vm") / VM.name)
+    machine = Vm(VM, box, tmp_path_factory.mktemp(f"vm-{box.name}") / VM.name)
     machine.start()
     try:
         machine.wait_ssh()
@@ -102,12 +103,12 @@ def test_the_box_follows_vagrants_conventions(box: Box, tmp_path: Path) -> None:
     image = json.loads(info.stdout)
     assert image["format"] == "qcow2" and image["virtual-size"] == meta["virtual_size"] * 1024 ** 3
     env = {**os.environ, "VAGRANT_HOME": str(tmp_path / "vagrant.d"), "VAGRANT_CHECKPOINT_DISABLE": "1"}
-    added = subprocess.run(["vagrant", "box", "add", "--name", "gpu-provision/debian12", str(box.box_file)],
+    added = subprocess.run(["vagrant", "box", "add", "--name", f"gpu-provision/{box.name}", str(box.box_file)],
                            capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert added.returncode == 0, added.stdout + added.stderr
     listed = subprocess.run(["vagrant", "box", "list"], capture_output=True, text=True, env=env, timeout=120,
                             cwd=tmp_path)
-    assert "gpu-provision/debian12 (libvirt, 0)" in listed.stdout, listed.stdout + listed.stderr
+    assert f"gpu-provision/{box.name} (libvirt, 0)" in listed.stdout, listed.stdout + listed.stderr
 
 
 def test_the_vm_runs_the_boxs_own_kernel_and_loads_modules(vm: Vm, box: Box, login: dict[str, Path]) -> None:
