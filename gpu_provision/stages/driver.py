@@ -395,6 +395,15 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     return [Difference("reboot", "driver", "running the installed driver", reason, NAME)] if reason else []
 
 
+def blacklist_nouveau(node: Node, req: Request, fam: str | None) -> None:
+    """Blacklist nouveau and rebuild the initramfs when the blacklist changed: the initramfs carries its own copy of
+    ``/etc/modprobe.d``, so without the rebuild the next boot's early userspace could still bind nouveau to the GPUs
+    before the root file system (and the blacklist) is mounted."""
+    files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
+    files.on_change(name="Rebuild the initramfs without nouveau", paths=[BLACKLIST],
+                    command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
+
+
 @deploy("NVIDIA driver")
 def driver_stage() -> None:
     """Install the pinned driver and its services, blacklist nouveau, reboot only when needed and allowed."""
@@ -423,9 +432,7 @@ def driver_stage() -> None:
     elif uses_repository(state):
         repos.apt_repository(name="CUDA repository", repo_id="cuda", repo=cluster.mirrors.cuda,
                              pins=repository_pins(node, state), proxy=cluster.mirrors.package_proxy)
-    files.wants(name="Blacklist nouveau", wants=file_wants(node), request=req)
-    files.on_change(name="Rebuild the initramfs without nouveau", paths=[BLACKLIST],
-                    command=INITRAMFS.get(fam or "", "true"), noop="nouveau blacklist unchanged")
+    blacklist_nouveau(node, req, fam)
     commands.guarded(name="Driver prerequisites and module stream",
                      command=lambda s: " && ".join(preparation_commands(node, s)),
                      needed=lambda s: "; ".join(preparation_commands(node, s)) or None, request=req,

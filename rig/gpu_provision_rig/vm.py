@@ -53,7 +53,8 @@ class VmSpec:
     name: str
     ssh_address: str
     memory_mb: int = 1536
-    cpus: int = 1
+    #: Two vCPUs: QEMU runs each on a host thread of its own (multi-threaded TCG).
+    cpus: int = 2
 
     def __post_init__(self) -> None:
         index = self.ssh_address.removeprefix(LOOPBACK_PREFIX)

@@ -166,6 +166,41 @@ def test_verify_says_no_gpu_is_on_the_pci_bus(rig, vm: Vm, box: Box, login: dict
     assert not [c for c in report["checks"] if c["status"] not in ("pass", "fail", "skip")], report["checks"]
 
 
+#: The driver stage's nouveau step alone: the whole stage does nothing on a node without a GPU, and this VM has none.
+BLACKLIST_DEPLOY = """\
+from pyinfra import host
+
+from gpu_provision.inventory import cluster_for, node_for
+from gpu_provision.operations.commands import current_state, this_host
+from gpu_provision.operations.packages import family
+from gpu_provision.stages import driver
+
+node = node_for(host)
+request = driver.request(node, cluster_for(host))
+driver.blacklist_nouveau(node, request, family(current_state(this_host(), request).system))
+"""
+#: The nouveau blacklist as the initramfs of the running kernel holds it.
+IN_INITRAMFS = ("d=$(mktemp -d) && sudo -n unmkinitramfs /boot/initrd.img-$(uname -r) $d && "
+                "sudo -n find $d -path '*/etc/modprobe.d/blacklist-nouveau.conf' -exec cat {} + ; sudo -n rm -rf $d")
+
+
+def test_the_nouveau_blacklist_reaches_the_initramfs_once(  # type: ignore[no-untyped-def]
+        rig, vm: Vm, login: dict[str, Path], pyinfra, tmp_path: Path, monkeypatch) -> None:
+    """The driver stage's nouveau step on a real Debian kernel, as the sudo user: the blacklist is written, the real
+    ``update-initramfs`` puts it into the running kernel's initramfs, and a second run changes nothing (no rebuild)."""
+    from gpu_provision.stages.driver import BLACKLIST_TEXT
+
+    assert vm_ssh(login, IN_INITRAMFS).stdout == ""
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file(rig, tmp_path, login, "vagrant")))
+    deploy = pyinfra.deploy(BLACKLIST_DEPLOY)
+    first = pyinfra.run(REPO / "inventory.py", deploy, timeout=1200)
+    assert first.returncode == 0, first.output[-4000:]
+    assert first.totals()["success"] == 2, first.output[-4000:]  # the file, then the initramfs
+    assert vm_ssh(login, IN_INITRAMFS).stdout == BLACKLIST_TEXT
+    again = pyinfra.run(REPO / "inventory.py", deploy, timeout=1200)
+    assert (again.returncode, again.totals()["success"]) == (0, 0), again.output[-4000:]
+
+
 def test_a_reboot_is_real_and_keeps_the_disk(vm: Vm, login: dict[str, Path]) -> None:
     """``systemctl reboot`` in the guest: a new boot (boot id) of the same kernel on the same disk."""
     first = vm_ssh(login, "cat /proc/sys/kernel/random/boot_id; echo kept | sudo -n tee /var/tmp/mark >/dev/null")
