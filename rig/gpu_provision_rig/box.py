@@ -45,6 +45,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_provision_rig.base import ARCHIVE_LINES
 from gpu_provision_rig.errors import RigError
 from gpu_provision_rig.requirements import NODE_PACKAGES
 
@@ -65,10 +66,7 @@ class BoxSuite:
 
 SUITES: dict[str, BoxSuite] = {
     s.codename: s for s in (
-        BoxSuite("debian12", "bookworm", (
-            "deb http://deb.debian.org/debian bookworm main",
-            "deb http://deb.debian.org/debian bookworm-updates main",
-            "deb http://deb.debian.org/debian-security bookworm-security main")),
+        BoxSuite("debian12", "bookworm", ARCHIVE_LINES),  # the rig nodes' own base: one list of Debian 12's lines
         BoxSuite("debian13", "trixie", (
             "deb http://deb.debian.org/debian trixie main",
             "deb http://deb.debian.org/debian trixie-updates main",
