@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "short command per node. Nothing else on the node is changed.",
         ["gpu-provision verify --cluster site/cluster.yaml",
          "gpu-provision verify --cluster site/cluster.yaml --limit gpu-01,gpu-02 --report-dir reports/",
-         "gpu-provision verify --in-cluster --json"],
+         "gpu-provision verify --in-cluster --json",
+         "gpu-provision verify --cluster site/cluster.yaml --workload --replicas 2 --shm-size 8Gi"],
         findings="a check failed on a node", errors="a node not reached or its agent failed, or a bad cluster file")
     add_fleet_options(p, "seconds each remote command (upload, agent run) may take (default: no limit)")
     p.add_argument("--expect", action="append", type=_expect_pair, metavar="HOST=FILE",
@@ -56,13 +57,66 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="leave each run's expectations and report on the node (a private run-* directory in the "
                         "agent's directory, named on stderr); by default they are removed when the run ends")
     add_in_cluster_options(p, "collect the reports of the verification DaemonSet through kubectl instead of SSH")
+    _add_workload_options(p)
     p.set_defaults(handler=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def _size(text: str) -> str:
+    from gpu_provision.verify.workload import quantity_bytes
+
+    try:
+        quantity_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
+def _add_workload_options(p: argparse.ArgumentParser) -> None:
+    """``--workload`` and its settings (defaults from :mod:`gpu_provision.verify.workload`)."""
+    from gpu_provision.verify import workload
+
+    p.add_argument("--workload", action="store_true",
+                   help="run a GPU workload through Kubernetes instead of the agent: per GPU node a Deployment "
+                        "whose pods ask for GPUs as users' pods do (nvidia.com/gpu, or a ResourceClaim under DRA), "
+                        "mount /dev/shm as a memory emptyDir and run the CUDA probe; uses kubectl with "
+                        "--kubeconfig in --namespace, and deletes what it made (with --manifest: print it)")
+    p.add_argument("--replicas", type=_positive, default=workload.DEFAULT_REPLICAS,
+                   help="with --workload: pods per node (default: %(default)s)")
+    p.add_argument("--gpus", type=_positive, default=None,
+                   help="with --workload: whole GPUs each pod asks for (default: all of its node's; a shared GPU "
+                        "or a MIG device is asked for once)")
+    p.add_argument("--shm-size", type=_size, default=workload.DEFAULT_SHM,
+                   help="with --workload: size limit of each pod's memory-backed /dev/shm (default: %(default)s)")
+    p.add_argument("--workload-timeout", type=_seconds, default=workload.DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="with --workload: how long to wait for every pod's probe (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Verify the nodes; print the table or JSON; return 0 when every node passed, 1 on a failed check, 2 when a
     node could not be verified."""
     use_cluster(args)
+    if args.workload:
+        return run_workload(args)
     if args.in_cluster:
         from gpu_provision.verify import incluster
 
@@ -93,6 +147,28 @@ def run(args: argparse.Namespace) -> int:
     return fleet_status(reports)
 
 
+def run_workload(args: argparse.Namespace) -> int:
+    """``verify --workload``: the workload on every Kubernetes GPU node of the cluster file (``--limit``: those
+    named); the manifests with ``--manifest``; else the fleet table, exit status as ``verify``'s."""
+    from gpu_provision.commands.args import cluster_file
+    from gpu_provision.spec import load_cluster
+    from gpu_provision.verify import workload
+
+    if args.in_cluster:
+        raise GpuProvisionError("--workload and --in-cluster are two different runs: give one")
+    cluster = load_cluster(cluster_file(args))
+    found = workload.run(cluster, args.namespace, args.kubeconfig, limit=args.limit, replicas=args.replicas,
+                         shm=args.shm_size, gpus=args.gpus, timeout_s=args.workload_timeout, show=progress(),
+                         manifest_only=args.manifest)
+    if args.manifest:
+        import yaml
+
+        emit(args, found, yaml.safe_dump_all(found, sort_keys=False))
+        return 0
+    if not found:
+        raise GpuProvisionError("no Kubernetes GPU nodes to run the workload on")
+    emit(args, found, lambda: table.format_table(found, table.terminal_width()))
+    return fleet_status(found)
 
 
 def run_local(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -237,11 +237,16 @@ def gfd_labels(node: Any) -> dict[str, Any]:
     return out
 
 
+def node_layouts(node: Any) -> dict[int, GpuLayout]:
+    """The MIG layouts the file plans for ``node``'s GPUs, by GPU index (GPUs without MIG left out)."""
+    return {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
+
+
 def from_node(node: Any, kubernetes_enabled: bool = False, dra: bool = False,
               feature_labels: bool = False) -> Expectations:
     """Expectations for a typed node of the cluster file (``gpu_provision.spec.model.Node``); ``dra``: the cluster
     allocates GPUs through NVIDIA's DRA driver; ``feature_labels``: GPU Feature Discovery's labels reach the node."""
-    layouts = {index: layout for index, layout in node.mig.planned.items() if layout.enabled}
+    layouts = node_layouts(node)
     permissions = node.permissions
     runtime = node.container_runtime
     image = node.verify.container_image

@@ -6,74 +6,15 @@ own kubectl client (:class:`gpu_provision.rollout.kubectl.KubectlApi`) against a
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import json
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
-from importlib.machinery import SourceFileLoader
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from standin_harness import kubelet, run_kubectl, standin_api
 
 from gpu_provision.rollout.kubectl import KubectlApi
 from gpu_provision.rollout.progress import NodeProgress
-
-STANDINS = Path(__file__).resolve().parents[2] / "rig/gpu_provision_rig/standins/kubernetes"
-sys.path.insert(0, str(STANDINS / "common"))
-import standin_api  # noqa: E402
-
-
-def load_script(name: str, path: Path) -> ModuleType:
-    """A stand-in script (no ``.py``) as a module, without running its ``main``."""
-    loader = SourceFileLoader(name, str(path))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
-    loader.exec_module(module)
-    return module
-
-
-kubelet = load_script("standin_kubelet", STANDINS / "kubelet/root/usr/bin/kubelet")
-kubectl = load_script("standin_kubectl", STANDINS / "kubectl/root/usr/bin/kubectl")
-
-
-@pytest.fixture
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The stand-in API server on a free loopback port, its objects in ``tmp_path``; a kubeconfig naming it."""
-    monkeypatch.setattr(kubelet, "STORE", str(tmp_path / "objects.json"))
-    monkeypatch.setattr(kubectl, "EVICTION_RETRY", 0.2)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), kubelet.Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    address = f"127.0.0.1:{httpd.server_address[1]}"
-    config = tmp_path / "admin.conf"
-    config.write_text(f"clusters:\n- cluster:\n    server: https://{address}\n")
-    monkeypatch.setenv("KUBECONFIG", str(config))
-    for ns in ("default", "serving"):
-        standin_api.put(address, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    for node in ("gpu-01", "gpu-02"):
-        standin_api.put(address, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": {}}})
-    yield address
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def run_kubectl(args: list[str], stdin: str | None = None) -> tuple[int, str, str]:
-    """The stand-in kubectl's main, in this process: exit status, stdout, stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    old_stdin = sys.stdin
-    sys.stdin = io.StringIO(stdin or "")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = kubectl.main(args)
-    finally:
-        sys.stdin = old_stdin
-    return rc, out.getvalue(), err.getvalue()
 
 
 def pod(name: str, node: str, labels: dict[str, str], namespace: str = "serving", owner: str | None = "ReplicaSet",

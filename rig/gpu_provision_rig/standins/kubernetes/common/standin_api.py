@@ -19,6 +19,26 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   it reports ``Running`` (Ready), then ``Succeeded``/``Failed`` with the exit code, and a pod marked for deletion
   is stopped (SIGTERM) and removed. Node status goes through the status subresource, so labels, taints and
   cordons set meanwhile stay.
+- The API server also runs what a cluster's controllers and scheduler do for the objects the project's
+  ``verify --workload`` makes: a Deployment gets a ReplicaSet named ``<deployment>-<pod-template-hash>`` (10
+  characters of Kubernetes' safe alphabet from the template's digest; an older template's ReplicaSet is scaled to
+  0 at once, not rolled), a ReplicaSet keeps ``replicas`` active pods ``<replicaset>-<5 characters>`` with owner
+  references, and both report replica counts in status; a ReplicaSet whose Deployment is gone is removed and a pod
+  whose ReplicaSet is gone is deleted gracefully (garbage collection, for those two owners only). Pods without
+  ``spec.nodeName`` are scheduled: the filters NodeUnschedulable, TaintToleration (NoSchedule and NoExecute),
+  NodeAffinity (``nodeSelector`` and required node affinity terms) and NodeResourcesFit (extended ``nvidia.com/``
+  resources against allocatable, less what the node's active pods ask for), in that order, the first failing one
+  naming a node's reason; the first feasible node by name is bound (no scoring), else the pod's ``PodScheduled``
+  condition is False/Unschedulable with the scheduler's message (``0/3 nodes are available: 1 Insufficient
+  nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector. preemption: ...``).
+- A kubelet runs a pod's first container's ``command`` + ``args`` for real when the program is on the node
+  (``python3``), with the container's ``env`` (values, and ``fieldRef`` to ``metadata.name``,
+  ``metadata.namespace`` and ``spec.nodeName``); other pods stay a ``sleep``. Its output goes to
+  ``/var/log/pods/<namespace>_<pod>_<uid>/<container>/0.log`` as written (no CRI line prefix), served on the
+  kubelet's port 10250 at ``/containerLogs/<namespace>/<pod>/<container>`` and through the API's
+  ``pods/NAME/log`` (``kubectl logs``); the node reports that address as its ``InternalIP``. No image is pulled,
+  no volume is mounted (``/dev/shm`` is the node's), and no GPU is allocated: ``NVIDIA_VISIBLE_DEVICES`` is not
+  set.
 - The API's Eviction subresource (``POST /api/v1/namespaces/NS/pods/NAME/eviction``, policy/v1) decides as the
   real one: pods not running or already terminating go; otherwise the one PodDisruptionBudget selecting the pod
   (``minAvailable`` or ``maxUnavailable``, counts or percentages rounded up; more than one budget is a 500) must
@@ -33,8 +53,9 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   ``version``.
 
 What they cannot prove: no TLS or authentication (the API is plain HTTP on the rig's private bridge), no
-scheduling (pods name their node), no containers (a pod is one process), no controllers (an evicted pod is not
-recreated elsewhere, a budget's status is not written: it is computed at each eviction) or static pods actually
+scoring or preemption in scheduling, no containers (a pod is one process), no controllers beyond the Deployment and
+ReplicaSet ones above (an evicted pod of a Job or DaemonSet is not recreated elsewhere, a budget's status is not
+written: it is computed at each eviction) or static pods actually
 running (DaemonSets never start, so the device plugin,
 DCGM exporter and CNI pods are never exercised), no server-side schema validation or defaulting (the project's
 tests validate manifests against the real OpenAPI schemas instead), YAML manifests are not read (the project
@@ -70,6 +91,7 @@ for _names, _kind, _api, _ns in (
     (("pod", "pods", "po"), "Pod", "v1", True),
     (("daemonset", "daemonsets", "ds"), "DaemonSet", "apps/v1", True),
     (("deployment", "deployments", "deploy"), "Deployment", "apps/v1", True),
+    (("replicaset", "replicasets", "rs"), "ReplicaSet", "apps/v1", True),
     (("role", "roles"), "Role", "rbac.authorization.k8s.io/v1", True),
     (("rolebinding", "rolebindings"), "RoleBinding", "rbac.authorization.k8s.io/v1", True),
     (("clusterrole", "clusterroles"), "ClusterRole", "rbac.authorization.k8s.io/v1", False),
@@ -168,6 +190,13 @@ def delete(server, kind, name, namespace="", grace=None):
     """Delete an object; a running pod is only marked (``deletionTimestamp``) until its kubelet stops it."""
     return request(server, "DELETE", "/api/objects",
                    {"kind": kind, "namespace": namespace or "", "name": name, "grace": grace})
+
+
+def pod_log(server, namespace, name, container=""):
+    """The container's output, as ``GET /api/v1/namespaces/NS/pods/NAME/log`` answers it (the API server asks the
+    pod's kubelet)."""
+    path = "/api/v1/namespaces/%s/pods/%s/log" % (namespace, name)
+    return request(server, "GET", path + ("?container=" + container if container else ""))["log"]
 
 
 def evict(server, namespace, name):
