@@ -138,7 +138,29 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
                allow_module_unload=bool(mig.get("allow_module_unload", default("mig.allow_module_unload"))))
 
 
+#: The settings of a resolved node that make up its :class:`Node` beside its name, address and line.
+_SHAPE = ("role", "group", "labels", "taints", "ssh", "packages", "driver", "container_runtime", "toolkit",
+          "permissions", "gpus", "mig", "vgpu", "sharing", "device_plugin", "verify")
+
+
 def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings) -> Node:
+    """The node's :class:`Node`; one whose every setting is the same object as an earlier node's (the nodes of a
+    group share their inherited mappings) is that node's with its own name, address and line, when building that
+    one found no problem (a problem is recorded at its own node's lines)."""
+    values = [raw.get(key) for key in _SHAPE]
+    shape = ("node", *(id(v) if isinstance(v, (dict, list)) else v for v in values))
+    line = ctx.positions.of(("nodes", index))[0]
+    found = ctx.parts.get(shape)
+    if found is not None:
+        return replace(cast(Node, found[1]), name=raw["name"], address=raw["address"], line=line)
+    problems = len(ctx.problems)
+    node = _build_node(ctx, index, raw, cluster_ssh, line)
+    if len(ctx.problems) == problems:
+        ctx.parts[shape] = (values, node)  # holding the mappings keeps their ids from being reused
+    return node
+
+
+def _build_node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings, line: int) -> Node:
     gpus = raw.get("gpus") or {}
     model = catalog.model(gpus["model"]) if gpus.get("model") else None
     count = int(gpus.get("count", default("gpus.count")))
@@ -148,7 +170,6 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
     if "type" in vgpu:
         vgpu_types.update({i: vgpu["type"] for i in range(count)})
     vgpu_types.update({int(k): v for k, v in (vgpu.get("gpus") or {}).items()})
-    line = ctx.positions.of(("nodes", index))[0]
     part = ctx.part
     return Node(
         name=raw["name"],

@@ -5,6 +5,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+from gpu_provision.errors import SpecError
 from gpu_provision.spec import load_cluster
 from gpu_provision.spec.model import MigLayout
 from gpu_provision.spec.resolve import mig_strategy_for
@@ -50,3 +53,46 @@ def test_derived_values_are_filled_in_after_the_checks(tmp_path: Path) -> None:
     assert c.device_plugin.mig_strategy == "none"
     assert [len(layout.planned.placements) for layout in a.mig.layouts.values()] == [7, 7]
     assert sorted(p.profile for p in b.mig.planned[0].placements) == ["1g.18gb", "1g.18gb", "3g.71gb"]
+
+
+def test_nodes_of_one_group_share_their_parts_but_keep_their_own_name_address_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("""\
+version: v1
+cluster: {name: c, kubernetes: {enabled: false}}
+groups:
+  h200:
+    gpus: {model: H200, count: 8}
+    mig: {layout: {"3g.71gb": 2}}
+    driver: {branch: 580}
+nodes:
+  - {name: a, address: 192.0.2.1, group: h200}
+  - {name: b, address: 192.0.2.2, group: h200}
+  - {name: c, address: 192.0.2.3, group: h200, labels: {rack: r1}}
+""")
+    a, b, c = load_cluster(path).nodes
+    assert [(n.name, n.address, n.line) for n in (a, b, c)] == [
+        ("a", "192.0.2.1", 9), ("b", "192.0.2.2", 10), ("c", "192.0.2.3", 11)]
+    assert a is not b and a.driver is b.driver and a.mig.layouts == b.mig.layouts
+    assert a.labels == {} and c.labels == {"rack": "r1"}
+    assert a.mig.planned and a.mig.planned == b.mig.planned
+
+
+def test_a_problem_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("""\
+version: v1
+cluster: {name: c, kubernetes: {enabled: false}}
+groups:
+  h200:
+    gpus: {model: H200, count: 2}
+    mig: {gpus: {"5": {layout: {"3g.71gb": 2}}}}
+nodes:
+  - {name: a, address: 192.0.2.1, group: h200}
+  - {name: b, address: 192.0.2.2, group: h200}
+""")
+    with pytest.raises(SpecError) as caught:
+        load_cluster(path)
+    located = [(p.path, p.message) for p in caught.value.problems]
+    assert len(located) == 2, located
+    assert all("GPU index 5 does not exist" in message for _, message in located)
