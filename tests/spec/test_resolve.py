@@ -55,17 +55,20 @@ def test_derived_values_are_filled_in_after_the_checks(tmp_path: Path) -> None:
     assert sorted(p.profile for p in b.mig.planned[0].placements) == ["1g.18gb", "1g.18gb", "3g.71gb"]
 
 
-def test_nodes_of_one_group_share_their_parts_but_keep_their_own_name_address_and_line(tmp_path: Path) -> None:
+def _group_file(tmp_path: Path, group: str, nodes: str) -> Path:
+    """A cluster file with one group ``h200`` (its settings: ``group``) and ``nodes`` (YAML list lines)."""
     path = tmp_path / "cluster.yaml"
-    path.write_text("""\
-version: v1
-cluster: {name: c, kubernetes: {enabled: false}}
-groups:
-  h200:
+    path.write_text("version: v1\ncluster: {name: c, kubernetes: {enabled: false}}\ngroups:\n  h200:\n"
+                    + group + "nodes:\n" + nodes)
+    return path
+
+
+def test_nodes_of_one_group_share_their_parts_but_keep_their_own_name_address_and_line(tmp_path: Path) -> None:
+    path = _group_file(tmp_path, """\
     gpus: {model: H200, count: 8}
     mig: {layout: {"3g.71gb": 2}}
     driver: {branch: 580}
-nodes:
+""", """\
   - {name: a, address: 192.0.2.1, group: h200}
   - {name: b, address: 192.0.2.2, group: h200}
   - {name: c, address: 192.0.2.3, group: h200, labels: {rack: r1}}
@@ -79,15 +82,10 @@ nodes:
 
 
 def test_a_problem_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path) -> None:
-    path = tmp_path / "cluster.yaml"
-    path.write_text("""\
-version: v1
-cluster: {name: c, kubernetes: {enabled: false}}
-groups:
-  h200:
+    path = _group_file(tmp_path, """\
     gpus: {model: H200, count: 2}
     mig: {gpus: {"5": {layout: {"3g.71gb": 2}}}}
-nodes:
+""", """\
   - {name: a, address: 192.0.2.1, group: h200}
   - {name: b, address: 192.0.2.2, group: h200}
 """)
