@@ -124,7 +124,8 @@ def add_in_cluster_options(p: argparse.ArgumentParser, in_cluster_help: str) -> 
 
     p.add_argument("--in-cluster", action="store_true", help=in_cluster_help)
     p.add_argument("--manifest", action="store_true",
-                   help="with --in-cluster: print the DaemonSet manifests (YAML; a JSON list with --json) and exit")
+                   help="with --in-cluster (or verify's --workload): print the manifests it would apply (YAML; a "
+                        "JSON list with --json) and exit")
     p.add_argument("--kubeconfig", help="kubeconfig for --in-cluster (default: kubectl's)")
     p.add_argument("--namespace", default=VERIFICATION, help="namespace of the DaemonSet (default: %(default)s)")
 

@@ -399,8 +399,9 @@ class Run:
             handle.flush()
             json.dump({"apiVersion": "v1", "kind": "List", "items": owned}, made)
             made.flush()
-            kubectl(self.kubeconfig, "apply", "-f", handle.name)
             try:
+                # Inside the try: what an apply refused half-way had made is deleted too.
+                kubectl(self.kubeconfig, "apply", "-f", handle.name)
                 lines: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in by_name}
                 pods: list[dict[str, Any]] = []
                 deadline = self.clock() + self.timeout_s

@@ -227,3 +227,20 @@ def test_a_run_that_times_out_still_deletes_and_says_what_is_missing(monkeypatch
     assert by_id["workload.pods.running"]["status"] == "fail"
     assert by_id["workload.pods.running"]["reason"] == "pod Pending"
     assert [o["kind"] for o in fake.deleted] == ["Deployment"]
+
+
+def test_an_apply_refused_half_way_still_deletes_what_it_made(monkeypatch, example):
+    fake = FakeKubectl("l40s-01", _line("replica-1.log"))
+
+    def refusing(kubeconfig: str | None, *args: str) -> str:
+        fake(kubeconfig, *args)
+        if args[0] == "apply":
+            raise GpuProvisionError("kubectl apply -f x: the Deployment was refused")
+        return ""
+
+    monkeypatch.setattr(workload, "kubectl", refusing)
+    asks = workload.plan(example, limit=["l40s-01"])
+    objects = workload.manifests(asks, "gpu-provision", "python:3.12-slim", [])
+    with pytest.raises(GpuProvisionError, match="refused"):
+        workload.Run(asks, "gpu-provision", None).execute(objects, lambda *_: None)
+    assert [o["kind"] for o in fake.deleted] == ["Deployment"]
