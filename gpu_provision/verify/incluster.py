@@ -213,7 +213,7 @@ def kubectl(kubeconfig: str | None, *args: str) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     except FileNotFoundError:
-        raise GpuProvisionError("kubectl not found (needed for --in-cluster)") from None
+        raise GpuProvisionError("kubectl not found on PATH (needed for --in-cluster and --workload)") from None
     except subprocess.TimeoutExpired:
         raise GpuProvisionError(f"kubectl {' '.join(args)}: timed out") from None
     if done.returncode != 0:

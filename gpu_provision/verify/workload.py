@@ -421,12 +421,29 @@ class Run:
                     self.sleep(self.interval_s)
                 shm_bytes = quantity_bytes(self.shm)
                 wall = self.clock() - began
-                return [judge(ask, self.replicas, shm_bytes,
-                              [p for p in pods if (p["metadata"].get("labels") or {}).get(NODE_LABEL) == name],
-                              lines[name], started, wall)
-                        for name, ask in sorted(by_name.items(), key=lambda kv: kv[1].node)]
-            finally:
-                kubectl(self.kubeconfig, "delete", "-f", made.name, "--ignore-not-found", "--wait=false")
+                reports = [judge(ask, self.replicas, shm_bytes,
+                                 [p for p in pods if (p["metadata"].get("labels") or {}).get(NODE_LABEL) == name],
+                                 lines[name], started, wall)
+                           for name, ask in sorted(by_name.items(), key=lambda kv: kv[1].node)]
+            except BaseException:
+                # The first failure is the one to read (an apply refused, an interrupt): a cleanup that fails
+                # after it must not hide it.
+                self._delete(made.name, quiet=True)
+                raise
+            self._delete(made.name)
+            return reports
+
+    def _delete(self, path: str, quiet: bool = False) -> None:
+        """Delete what ``path`` lists; a failure is said on stderr (naming what to delete by hand), not raised."""
+        import sys
+
+        try:
+            kubectl(self.kubeconfig, "delete", "-f", path, "--ignore-not-found", "--wait=false")
+        except GpuProvisionError as exc:
+            if not quiet:
+                sys.stderr.write(f"warning: the workload's objects were not deleted ({exc}); delete them with "
+                                 f"kubectl delete deployments,resourceclaimtemplates -n {self.namespace} "
+                                 f"-l app.kubernetes.io/name={APP}\n")
 
 
 def run(cluster: Cluster, namespace: str, kubeconfig: str | None, limit: list[str] | None = None,

@@ -244,3 +244,31 @@ def test_an_apply_refused_half_way_still_deletes_what_it_made(monkeypatch, examp
     with pytest.raises(GpuProvisionError, match="refused"):
         workload.Run(asks, "gpu-provision", None).execute(objects, lambda *_: None)
     assert [o["kind"] for o in fake.deleted] == ["Deployment"]
+
+
+def test_a_failed_cleanup_does_not_hide_the_first_failure(monkeypatch, example):
+    def refusing(kubeconfig: str | None, *args: str) -> str:
+        raise GpuProvisionError(f"kubectl {args[0]}: the server is gone")
+
+    monkeypatch.setattr(workload, "kubectl", refusing)
+    asks = workload.plan(example, limit=["l40s-01"])
+    objects = workload.manifests(asks, "gpu-provision", "python:3.12-slim", [])
+    with pytest.raises(GpuProvisionError, match="kubectl apply: the server is gone"):
+        workload.Run(asks, "gpu-provision", None).execute(objects, lambda *_: None)
+
+
+def test_a_failed_cleanup_after_a_run_is_a_warning_naming_what_to_delete(monkeypatch, example, capsys):
+    fake = FakeKubectl("l40s-01", _line("replica-1.log"))
+
+    def no_delete(kubeconfig: str | None, *args: str) -> str:
+        if args[0] == "delete":
+            raise GpuProvisionError("kubectl delete: timed out")
+        return fake(kubeconfig, *args)
+
+    monkeypatch.setattr(workload, "kubectl", no_delete)
+    asks = workload.plan(example, limit=["l40s-01"])
+    objects = workload.manifests(asks, "gpu-provision", "python:3.12-slim", [])
+    reports = workload.Run(asks, "gpu-provision", None, sleep=lambda _: None).execute(objects, lambda *_: None)
+    assert reports[0]["status"] == "pass"
+    assert "kubectl delete deployments,resourceclaimtemplates -n gpu-provision -l app.kubernetes.io/name=" \
+           "gpu-provision-workload" in capsys.readouterr().err
