@@ -24,7 +24,8 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   characters of Kubernetes' safe alphabet from the template's digest; an older template's ReplicaSet is scaled to
   0 at once, not rolled), a ReplicaSet keeps ``replicas`` active pods ``<replicaset>-<5 characters>`` with owner
   references, and both report replica counts in status; a ReplicaSet whose Deployment is gone is removed and a pod
-  whose ReplicaSet is gone is deleted gracefully (garbage collection, for those two owners only). Pods without
+  whose ReplicaSet is gone is deleted gracefully (garbage collection, for what those controllers made only:
+  hand-made pods naming owners that do not exist stay). Pods without
   ``spec.nodeName`` are scheduled: the filters NodeUnschedulable, TaintToleration (NoSchedule and NoExecute),
   NodeAffinity (``nodeSelector`` and required node affinity terms) and NodeResourcesFit (extended ``nvidia.com/``
   resources against allocatable, less what the node's active pods ask for), in that order, the first failing one
