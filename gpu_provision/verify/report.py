@@ -32,9 +32,14 @@ def schema_problems(report: Any) -> list[str]:
             for error in sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))]
 
 
+def now_stamp() -> str:
+    """This moment as reports write their times (UTC, milliseconds, ``Z``)."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def error_report(node: str, message: str) -> dict[str, Any]:
     """A schema-valid report for a node whose agent produced no usable report (status ``error``)."""
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    now = now_stamp()
     return {"schema": "verify-report.v1", "node": node, "agent_version": "unknown", "started": now,
             "finished": now, "wall_s": 0.0, "status": "error", "error": message, "host": {},
             "summary": {"pass": 0, "fail": 0, "skip": 0, "total": 0}, "checks": []}

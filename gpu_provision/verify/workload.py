@@ -21,7 +21,6 @@ and the exit status read as ``verify``'s.
 
 from __future__ import annotations
 
-import datetime
 import inspect
 import json
 import re
@@ -34,10 +33,12 @@ from gpu_provision.errors import GpuProvisionError
 from gpu_provision.k8s import dra
 from gpu_provision.k8s.images import check_reference
 from gpu_provision.node.verify import cuda
+from gpu_provision.node.verify import report as checks_of
 from gpu_provision.node.verify.report import Check, summarize
 from gpu_provision.spec.model import Cluster
 from gpu_provision.verify import expect as expectations
 from gpu_provision.verify.incluster import kubectl, pod_settings
+from gpu_provision.verify.report import now_stamp
 
 APP = "gpu-provision-workload"
 #: The label naming the node a workload pod was made for (the Deployment's selector).
@@ -246,10 +247,6 @@ def plan(cluster: Cluster, limit: list[str] | None = None, gpus: int | None = No
 # -- judging ---------------------------------------------------------------------------------------------------
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def probe_lines(log: str) -> list[dict[str, Any]]:
     """The replica's JSON lines in a pod's log (the marked ones; anything else the image printed is left)."""
     out = []
@@ -282,9 +279,9 @@ def pod_problem(pod: dict[str, Any]) -> str | None:
 
 
 def _check(check_id: str, ok: bool | None, measured: Any, expected: Any, reason: str) -> Check:
-    status = "skip" if ok is None else "pass" if ok else "fail"
-    return Check(id=check_id, status=status, measured=measured, expected=expected,
-                 reason="" if status == "pass" else reason)
+    """The agent's own check of ``ok``, or a skip with ``reason`` where there is nothing to judge (``ok`` None)."""
+    return (checks_of.skipped(check_id, reason, expected) if ok is None
+            else checks_of.judge(check_id, ok, measured, expected, reason))
 
 
 def judge(ask: Ask, replicas: int, shm_bytes: int, pods: list[dict[str, Any]],
@@ -317,7 +314,7 @@ def judge(ask: Ask, replicas: int, shm_bytes: int, pods: list[dict[str, Any]],
                          shm_reason if lines else "no replica printed its probe line"))
     counts = summarize(checks)
     return {"schema": "verify-report.v1", "node": ask.node, "agent_version": MARK, "started": started,
-            "finished": _now(), "wall_s": round(wall_s, 3), "status": "fail" if counts["fail"] else "pass",
+            "finished": now_stamp(), "wall_s": round(wall_s, 3), "status": "fail" if counts["fail"] else "pass",
             "error": None, "host": {}, "summary": counts, "checks": [c.to_dict() for c in checks]}
 
 
@@ -389,7 +386,7 @@ class Run:
         """Apply ``objects``, wait for every replica's line or the timeout, judge each node, delete the objects."""
         import tempfile
 
-        started, began = _now(), self.clock()
+        started, began = now_stamp(), self.clock()
         by_name = {object_name(a.node): a for a in self.asks}
         # The namespace is the project's own (in-cluster verification runs there too): it is made, never deleted.
         owned = [obj for obj in objects if obj["kind"] != "Namespace"]
