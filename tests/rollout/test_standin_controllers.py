@@ -7,28 +7,22 @@ test (``tests/rig/test_kubernetes.py``) runs the same command over the rig's net
 
 from __future__ import annotations
 
-import threading
 import time
-from http.server import ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-from standin_harness import kubelet, run_kubectl, standin_api
+from standin_harness import (
+    GPU_TAINT,
+    in_process_kubectl,
+    kinds,
+    kubelet,
+    node,
+    reconcile,
+    run_kubectl,
+    standin_api,
+)
 
-from gpu_provision.errors import GpuProvisionError
 from gpu_provision.verify import workload
-
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-
-
-def node(name: str, gpus: int = 0, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]}
-    if gpus:
-        status["allocatable"] = {"nvidia.com/gpu": str(gpus)}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "uid": f"uid-{name}",
-                                                             "labels": {"kubernetes.io/hostname": name}},
-            "spec": {"taints": taints or []}, "status": status}
 
 
 def deployment(name: str, replicas: int, gpus: int, node_name: str, tolerate: bool = True) -> dict[str, Any]:
@@ -42,16 +36,6 @@ def deployment(name: str, replicas: int, gpus: int, node_name: str, tolerate: bo
                      "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
 
 
-def reconcile(items: list[dict[str, Any]], rounds: int = 3) -> None:
-    for _ in range(rounds):
-        for step in (kubelet.deployments, kubelet.replicasets, kubelet.collect_garbage, kubelet.schedule):
-            step(items)
-
-
-def kinds(items: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [o for o in items if o["kind"] == kind]
-
-
 def test_a_deployment_gets_a_replicaset_and_pods_bound_where_they_fit():
     items = [node("cp", taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]),
              node("gpu-a", gpus=2, taints=[GPU_TAINT]), node("gpu-b", gpus=8), deployment("train", 2, 1, "gpu-a")]
@@ -59,7 +43,7 @@ def test_a_deployment_gets_a_replicaset_and_pods_bound_where_they_fit():
     [rs] = kinds(items, "ReplicaSet")
     pod_hash = rs["metadata"]["labels"]["pod-template-hash"]
     assert rs["metadata"]["name"] == f"train-{pod_hash}" and len(pod_hash) == 10
-    assert set(pod_hash) <= set(kubelet.SAFE)
+    assert set(pod_hash) <= set(standin_api.SAFE)
     assert rs["metadata"]["ownerReferences"][0]["uid"] == "uid-train"
     pods = kinds(items, "Pod")
     assert len(pods) == 2
@@ -135,46 +119,6 @@ def test_the_kubelet_runs_a_pods_own_command_with_its_environment():
     assert env == {"A": "1", "NODE_NAME": "gpu-b", "POD_NAME": "p"}
     pod["spec"]["containers"][0]["command"] = ["/no/such/program"]
     assert kubelet.container_command(pod) == (None, {})
-
-
-@pytest.fixture
-def cluster(server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The loopback API with one GPU node whose kubelet (this process) runs pods and serves their logs."""
-    monkeypatch.setattr(kubelet, "POD_LOGS", str(tmp_path / "pods"))
-    logs = ThreadingHTTPServer(("127.0.0.1", 0), kubelet.LogHandler)
-    monkeypatch.setattr(kubelet, "KUBELET_PORT", logs.server_address[1])
-    threading.Thread(target=logs.serve_forever, daemon=True).start()
-    standin_api.put(server, node("gpu-01", gpus=2, taints=[GPU_TAINT]))
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            with kubelet.LOCK:
-                items = kubelet.load()
-                if any([step(items) for step in (kubelet.deployments, kubelet.replicasets,
-                                                 kubelet.collect_garbage, kubelet.schedule)]):
-                    kubelet.save(items)
-            kubelet.run_pods(server, "gpu-01", standin_api.objects(server))
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield server
-    stop.set()
-    thread.join(5)
-    for proc in list(kubelet.PROCS.values()):
-        proc.kill()
-        proc.wait()
-    kubelet.PROCS.clear()
-    logs.shutdown()
-    logs.server_close()
-
-
-def in_process_kubectl(kubeconfig: str | None, *args: str) -> str:
-    rc, out, err = run_kubectl(list(args))
-    if rc:
-        raise GpuProvisionError(f"kubectl {' '.join(args)}: {err.strip()}")
-    return out
 
 
 def test_verify_workload_through_the_stand_in_api(cluster, monkeypatch: pytest.MonkeyPatch):

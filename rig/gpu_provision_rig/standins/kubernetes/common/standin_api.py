@@ -38,8 +38,12 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   ``/var/log/pods/<namespace>_<pod>_<uid>/<container>/0.log`` as written (no CRI line prefix), served on the
   kubelet's port 10250 at ``/containerLogs/<namespace>/<pod>/<container>`` and through the API's
   ``pods/NAME/log`` (``kubectl logs``); the node reports that address as its ``InternalIP``. No image is pulled,
-  no volume is mounted (``/dev/shm`` is the node's), and no GPU is allocated: ``NVIDIA_VISIBLE_DEVICES`` is not
-  set.
+  no volume is mounted (``/dev/shm`` is the node's), and no device reaches the process: ``NVIDIA_VISIBLE_DEVICES``
+  is not set.
+- Dynamic Resource Allocation (``standin_dra.py``, beside this file): the DRA driver's kubelet plugin publishing
+  the node's ResourceSlice while its DaemonSet selects the node, the resourceclaim controller, the scheduler's
+  DynamicResources filter after NodeResourcesFit, allocation at binding, and a kubelet that starts a claim's pod
+  once its claims are reserved for it.
 - The API's Eviction subresource (``POST /api/v1/namespaces/NS/pods/NAME/eviction``, policy/v1) decides as the
   real one: pods not running or already terminating go; otherwise the one PodDisruptionBudget selecting the pod
   (``minAvailable`` or ``maxUnavailable``, counts or percentages rounded up; more than one budget is a 500) must
@@ -54,13 +58,13 @@ What the stand-ins do (packages kubeadm, kubelet, kubectl, cri-tools, kubernetes
   ``version``.
 
 What they cannot prove: no TLS or authentication (the API is plain HTTP on the rig's private bridge), no
-scoring or preemption in scheduling, no containers (a pod is one process), no controllers beyond the Deployment and
-ReplicaSet ones above (an evicted pod of a Job or DaemonSet is not recreated elsewhere, a budget's status is not
-written: it is computed at each eviction) or static pods actually
-running (DaemonSets never start, so the device plugin,
-DCGM exporter and CNI pods are never exercised), no server-side schema validation or defaulting (the project's
-tests validate manifests against the real OpenAPI schemas instead), YAML manifests are not read (the project
-writes JSON; upstream CNI YAML is not parsed), a joined control plane does not run a second API replica,
+scoring or preemption in scheduling, no containers (a pod is one process), no controllers beyond the Deployment,
+ReplicaSet and resourceclaim ones above (an evicted pod of a Job or DaemonSet is not recreated elsewhere, a
+budget's status is not written: it is computed at each eviction) or static pods actually running (DaemonSets never
+start, so the device plugin, DRA plugin, DCGM exporter and CNI pods are never exercised: the kubelet plays the
+plugins' parts in the API), no server-side schema validation or defaulting (the project's tests validate manifests
+against the real OpenAPI schemas instead), YAML manifests are not read (the project writes JSON; upstream CNI YAML
+is not parsed), a joined control plane does not run a second API replica,
 ``kubeadm upgrade`` is not implemented, and containerd is not contacted (the CRI preflight check is skipped).
 ``common/cni-flannel-standin.json`` (in the source tree, not in a package) is the flannel manifest cut down to
 what the stand-ins read, for rig cluster files (``kubernetes.cni_manifest``): nodes on the rig cannot download
@@ -101,7 +105,7 @@ for _names, _kind, _api, _ns in (
     (("priorityclass", "priorityclasses", "pc"), "PriorityClass", "scheduling.k8s.io/v1", False),
     (("poddisruptionbudget", "poddisruptionbudgets", "pdb"), "PodDisruptionBudget", "policy/v1", True),
     (("job", "jobs"), "Job", "batch/v1", True),
-    # DRA's objects, stored as they are sent: no allocation, no scheduling, no quota.
+    # DRA's objects: slices published and claims made and allocated as standin_dra.py says; no quota.
     (("deviceclass", "deviceclasses"), "DeviceClass", "resource.k8s.io/v1", False),
     (("resourceslice", "resourceslices"), "ResourceSlice", "resource.k8s.io/v1", False),
     (("resourceclaim", "resourceclaims"), "ResourceClaim", "resource.k8s.io/v1", True),
@@ -333,6 +337,25 @@ def wait_for(server, seconds):
         except ApiError:
             time.sleep(0.5)
     return False
+
+
+#: Kubernetes' safe alphabet for generated names (k8s.io/apimachinery ``util/rand``: no vowels, no 0, 1, 3).
+SAFE = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def safe_text(seed, length):
+    """``length`` characters of the safe alphabet from ``seed`` (bytes): a generated name's suffix."""
+    import hashlib
+
+    digest = hashlib.sha256(seed).digest()
+    return "".join(SAFE[b % len(SAFE)] for b in digest[:length])
+
+
+def new_object(obj):
+    """``obj`` with the uid and creation time the API server gives a new object."""
+    obj["metadata"].setdefault("uid", os.urandom(16).hex())
+    obj["metadata"].setdefault("creationTimestamp", now())
+    return obj
 
 
 def now():
