@@ -24,6 +24,12 @@ elif "configmaps" in args:
               "data": {"ClusterConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\\nkubernetesVersion: v1.31.4\\n"}}]
 elif "daemonsets.apps" in args:
     items = [{"metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"}}]
+elif any(a.startswith("deviceclasses.") for a in args):
+    if "NODRA" in open(sys.argv[0] + ".mode").read():
+        sys.stderr.write("error: the server doesn't have a resource type \\"deviceclasses\\"\\n")
+        sys.exit(1)
+    items = [{"kind": "DeviceClass", "metadata": {"name": "gpu.nvidia.com",
+              "annotations": {"gpu-provision/content-sha256": "def"}}}]
 elif "-l" in args:
     if "FAIL" in open(sys.argv[0] + ".mode").read():
         sys.stderr.write("The connection to the server 10.0.0.1:6443 was refused\\n")
@@ -64,12 +70,37 @@ def test_collect_reads_nodes_objects_and_daemonsets(monkeypatch, tmp_path) -> No
     assert answer["api"] == {
         "nodes": {"gpu-1": {"labels": {"zone": "a"}, "taints": [{"key": "gpu", "effect": "NoSchedule"}],
                             "kubelet_version": "v1.31.4"}},
-        "objects": {"ResourceQuota/vision/gpu-quota": "abc", "Namespace//vision": None},
+        "objects": {"ResourceQuota/vision/gpu-quota": "abc", "Namespace//vision": None,
+                    "DeviceClass//gpu.nvidia.com": "def"},
         "daemonsets": ["kube-flannel/kube-flannel-ds"],
         "cluster_version": "v1.31.4",
     }
     assert set(answer["module_features"]) == {"overlay", "br_netfilter"}
     assert isinstance(answer["addresses"], list)
+
+
+def test_a_cluster_without_the_dra_api_has_no_dra_objects(monkeypatch, tmp_path) -> None:
+    answer = load_section(monkeypatch, tmp_path, mode="NODRA").collect({})
+    assert answer["api_error"] is None
+    assert answer["api"]["objects"] == {"ResourceQuota/vision/gpu-quota": "abc", "Namespace//vision": None}
+
+
+def test_the_probe_reads_every_kind_the_project_renders(example) -> None:
+    """Drift and idempotence rest on it: a rendered kind the probe never lists is re-applied on every run and
+    reported absent (DRA's DeviceClasses and ResourceClaimTemplates were)."""
+    import dataclasses
+
+    from gpu_provision.k8s import applied
+    from gpu_provision.node.probe import kubernetes
+
+    dra = dataclasses.replace(example, kubernetes=dataclasses.replace(example.kubernetes, gpu_allocation="dra"))
+    rendered = {(o["apiVersion"], o["kind"]) for cluster in (example, dra)
+                for objs in applied.manifests(cluster).values() for o in objs}
+    listed = set((kubernetes.MANAGED_KINDS + "," + kubernetes.DRA_KINDS).split(","))
+    for api_version, kind in sorted(rendered):
+        group = api_version.rpartition("/")[0]
+        plural = kind.lower() + ("es" if kind.endswith(("s", "ss")) else "s")
+        assert (f"{plural}.{group}" if group else plural) in listed, (api_version, kind)
 
 
 def test_collect_reports_an_api_that_does_not_answer(monkeypatch, tmp_path) -> None:

@@ -21,6 +21,10 @@ HASH_ANNOTATION = "gpu-provision/content-sha256"
 MANAGED_KINDS = ("namespaces,serviceaccounts,configmaps,resourcequotas,limitranges,roles.rbac.authorization.k8s.io,"
                  "rolebindings.rbac.authorization.k8s.io,clusterroles.rbac.authorization.k8s.io,"
                  "clusterrolebindings.rbac.authorization.k8s.io,daemonsets.apps,runtimeclasses.node.k8s.io")
+#: The DRA driver's kinds, read apart: before Kubernetes 1.34 the resource.k8s.io API is off unless enabled, and a
+#: kind the server does not serve fails the whole ``kubectl get``.
+DRA_KINDS = "deviceclasses.resource.k8s.io,resourceclaimtemplates.resource.k8s.io"
+NOT_SERVED = "doesn't have a resource type"
 
 
 def _addresses():
@@ -71,12 +75,21 @@ def _api():
             "kubelet_version": info.get("kubeletVersion"),
         }
     objects = {}
-    for item in _kubectl(["get", MANAGED_KINDS, "--all-namespaces", "-l", MANAGED]):
+    for item in _kubectl(["get", MANAGED_KINDS, "--all-namespaces", "-l", MANAGED]) + _dra_objects():
         annotations = item.get("metadata", {}).get("annotations") or {}
         objects[_kind_key(item)] = annotations.get(HASH_ANNOTATION)
     daemonsets = sorted("%s/%s" % (d["metadata"].get("namespace", ""), d["metadata"]["name"])
                         for d in _kubectl(["get", "daemonsets.apps", "--all-namespaces"]))
     return {"nodes": nodes, "objects": objects, "daemonsets": daemonsets, "cluster_version": _cluster_version()}
+
+
+def _dra_objects():
+    try:
+        return _kubectl(["get", DRA_KINDS, "--all-namespaces", "-l", MANAGED])
+    except RuntimeError as exc:
+        if NOT_SERVED in str(exc):
+            return []  # no DRA API on this cluster: none of its objects can exist
+        raise
 
 
 def _cluster_version():
