@@ -202,9 +202,12 @@ def _api_differences(cluster: Cluster, api: dict) -> list[Difference]:
             out.append(Difference("k8s-object", ident, "as in the cluster file", "other content" if present
                                   else "absent", NAME))
     # Objects this project made that the file no longer describes (a team removed) are reported, not deleted:
-    # deleting a namespace deletes the team's workloads, which only its owner may decide.
+    # deleting a namespace deletes the team's workloads, which only its owner may decide. The other GPU allocation
+    # mode's objects are the exception: the deploy deletes them (see applied.other_allocator).
+    replaced = {"/".join(key(o)) for o in applied.other_allocator(cluster)}
     for ident in sorted(set(api.get("objects", {})) - rendered):
-        out.append(Difference("k8s-object", ident, "absent (not in the cluster file)", "present", NAME))
+        why = "absent (the other gpu_allocation mode's)" if ident in replaced else "absent (not in the cluster file)"
+        out.append(Difference("k8s-object", ident, why, "present", NAME))
     return out
 
 
@@ -287,6 +290,8 @@ def kubernetes() -> None:
         files.wants(name="Kubernetes manifests and scrape file", wants=others)
     for manifest in manifests(cluster):
         manifest_ops.manifest_applied(name=f"Manifest {manifest.name} applied", manifest=manifest)
+    manifest_ops.objects_deleted(name="Other GPU allocation mode's objects removed",
+                                 objects=tuple(applied.other_allocator(cluster)))
     labels.node_labels(name="Node labels and taints",
                        wanted={n.name: (k8s_nodes.labels(n), n.taints) for n in cluster.nodes})
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fakehost import FakeHost, raw_commands, run_op
 
-from gpu_provision.k8s import teams
+from gpu_provision.k8s import applied, teams
 from gpu_provision.k8s.objects import HASH_ANNOTATION, content_hash
 from gpu_provision.operations import files
 from gpu_provision.operations.kubernetes import labels, manifests, membership, prerequisites
@@ -212,6 +212,31 @@ def test_manifest_applied_when_objects_are_missing_or_differ(example: Cluster) -
     missing = {k: v for k, v in applied.items() if not k.startswith("LimitRange")}
     assert manifests.stale_objects(manifest, {"objects": missing}) == ["LimitRange/vision/default-limits"]
     assert HASH_ANNOTATION == "gpu-provision/content-sha256"
+
+
+def test_a_switch_of_allocation_mode_deletes_the_other_allocators_objects(example: Cluster) -> None:
+    """The example runs the device plugin; switched to DRA, its DaemonSets, RBAC and configuration go (the
+    RuntimeClass both modes render stays), and once they are gone the operation does nothing."""
+    import dataclasses
+
+    dra_cluster = dataclasses.replace(example, kubernetes=dataclasses.replace(example.kubernetes,
+                                                                              gpu_allocation="dra"))
+    left = applied.other_allocator(dra_cluster)
+    idents = {"/".join((o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])) for o in left}
+    assert "DaemonSet/kube-system/nvidia-device-plugin" in idents
+    assert not any(i.startswith("RuntimeClass/") for i in idents)
+    assert not {"/".join((o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+                for objs in applied.manifests(dra_cluster).values() for o in objs} & idents
+    present = {ident: "0" * 64 for ident in ("DaemonSet/kube-system/nvidia-device-plugin", "Namespace//vision")}
+    assert run_op(manifests.objects_deleted, FakeHost(api(present)), objects=tuple(left)) == [
+        "kubectl --kubeconfig=/etc/kubernetes/admin.conf delete daemonset nvidia-device-plugin -n kube-system "
+        "--ignore-not-found"]
+    host = FakeHost(api({"Namespace//vision": "0" * 64}))
+    assert run_op(manifests.objects_deleted, host, objects=tuple(left)) == []
+    assert host.noops == ["no object of the other GPU allocation mode is left"]
+    # Back to the device plugin: the DRA driver's DaemonSet and DeviceClasses are the other mode's.
+    back = {o["kind"] for o in applied.other_allocator(example)}
+    assert {"DaemonSet", "DeviceClass"} <= back
 
 
 def test_manifest_applied_fails_the_host_when_the_api_does_not_answer(example: Cluster) -> None:

@@ -71,6 +71,34 @@ def manifest_applied(manifest: Manifest):
     yield f"{KUBECTL} apply -f {shlex.quote(manifest.path)}"
 
 
+@operation()
+def objects_deleted(objects: tuple[Obj, ...]):
+    """This project's objects absent from the API: those of ``objects`` that it lists are deleted.
+
+    + objects: the objects to remove (kind, namespace and name are read)
+
+    .. code:: python
+
+        manifests.objects_deleted(name="Device plugin removed", objects=tuple(applied.other_allocator(cluster)))
+    """
+    host = this_host()
+    state = current_state(host, kubernetes_request())
+    api, failure = api_or_fail(host, state, "objects to remove")
+    if failure:
+        yield failure
+        return
+    assert api is not None
+    present = api.get("objects", {})
+    found = [key(obj) for obj in objects if "/".join(key(obj)) in present]
+    if not found:
+        host.noop("no object of the other GPU allocation mode is left")
+        return
+    mark_changed(host)
+    for kind, namespace, name in found:
+        scope = f" -n {shlex.quote(namespace)}" if namespace else ""
+        yield f"{KUBECTL} delete {kind.lower()} {shlex.quote(name)}{scope} --ignore-not-found"
+
+
 # Runs on the control plane: fetch a manifest, point its images at the registry mirror, write it for kubectl.
 _FETCH_MANIFEST = (
     "import os,re,sys,tempfile,urllib.request\n"
