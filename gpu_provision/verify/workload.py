@@ -133,7 +133,7 @@ def _shm(path="/dev/shm"):
         out["bytes"] = st.f_frsize * st.f_blocks
         with open("/proc/self/mounts") as mounts:
             out["fs"] = next((line.split()[2] for line in mounts if line.split()[1:2] == [path]), None)
-        probe = os.path.join(path, "gpu-provision-workload")
+        probe = os.path.join(path, "gpu-provision-workload-%d" % os.getpid())  # pods may share one /dev/shm
         with open(probe, "wb") as handle:
             handle.write(b"\\x5a" * {SHM_PROBE_BYTES})
         with open(probe, "rb") as handle:

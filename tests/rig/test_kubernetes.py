@@ -16,7 +16,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +40,14 @@ TOKEN = re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b")
 CNI = REPO / "rig/gpu_provision_rig/standins/kubernetes/common/cni-flannel-standin.json"
 
 DEPLOY = REPO / "deploys" / "cluster.py"
+STANDINS = REPO / "rig/gpu_provision_rig/standins/kubernetes"
 
 
-def cluster_file(tmp_path: Path, rig, login: str = "root") -> Path:
+def cluster_file(tmp_path: Path, rig, login: str = "root", allocation: str = "device-plugin") -> Path:
+    """The rig's cluster file; under DRA the GPU node's GPUs are not shared (the DRA driver does no time-slicing
+    configured this way)."""
     path = tmp_path / "cluster.yaml"
+    sharing = "" if allocation == "dra" else "\n    sharing: {strategy: time-slicing, replicas: 2}"
     path.write_text(f"""\
 version: v1
 cluster:
@@ -50,6 +56,7 @@ cluster:
   controller_dirs: [{rig.paths.state}, {CNI.parent}]
   kubernetes:
     version: "1.36.4"
+    gpu_allocation: {allocation}
     cni: flannel
     cni_manifest: {CNI}
     monitoring: {{prometheus_scrape_file: /etc/prometheus/gpu-scrape.yml}}
@@ -58,21 +65,28 @@ cluster:
   mirrors:
     kubernetes: {{url: "{MIRROR}", key_url: "{MIRROR}Release.key"}}
     registry: registry.rig.invalid:5000
+    cuda:
+      url: "http://{BRIDGE_ADDRESS}:8080/cuda/{{distro}}/{{cuda_arch}}/"
+      key_url: "http://{BRIDGE_ADDRESS}:8080/cuda/{{distro}}/{{cuda_arch}}/gpu-provision-rig.pub"
+    package_proxy: "http://{BRIDGE_ADDRESS}:3142/"
+defaults:
+  driver: {{branch: "580", kernel_modules: auto, reboot: never}}
 nodes:
   - {{name: {CP.name}, address: {CP.ssh_address}, role: control-plane}}
   - {{name: {CP2.name}, address: {CP2.ssh_address}, role: control-plane}}
   - name: {GPU.name}
     address: {GPU.ssh_address}
-    gpus: {{model: H200, count: 2}}
-    sharing: {{strategy: time-slicing, replicas: 2}}
+    gpus: {{model: H200, count: 2}}{sharing}
     labels: {{topology.kubernetes.io/zone: rig}}
     taints: ["nvidia.com/gpu=present:NoSchedule"]
 """)
     return path
 
 
-def run_pyinfra(cluster: Path, deploy: Path, workdir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster), "COLUMNS": "200"}
+def run_pyinfra(cluster: Path, deploy: Path, workdir: Path, stages: str | None = None
+                ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster), "COLUMNS": "200",
+           **({"GPU_PROVISION_STAGES": stages} if stages else {})}
     return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"), str(deploy)],
                           capture_output=True, text=True, timeout=540, cwd=workdir, env=env)
 
@@ -81,6 +95,49 @@ def drift(cluster: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GPU_PROVISION_CLUSTER": str(cluster)}
     return subprocess.run([sys.executable, "-m", "gpu_provision.cli", "drift", str(REPO / "inventory.py"),
                            "--stage", "kubernetes"], capture_output=True, text=True, timeout=180, env=env)
+
+
+def run_workload(cluster: Path, ssh, tmp_path: Path) -> tuple[int, dict[str, dict[str, Any]]]:
+    """``gpu-provision verify --workload`` from this controller: exit status and the checks by id.
+
+    kubectl here is the stand-in one (the package's script, run from the source tree) with the first control
+    plane's admin.conf, which names the API on the rig's bridge: the rig's own network."""
+    conf = tmp_path / "admin.conf"
+    conf.write_text(ssh(CP, "cat /etc/kubernetes/admin.conf").stdout)
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    shim = tmp_path / "bin" / "kubectl"
+    shim.write_text(f"#!/bin/sh\nPYTHONPATH='{STANDINS / 'common'}' exec '{sys.executable}' "
+                    f"'{STANDINS / 'kubectl/root/usr/bin/kubectl'}' \"$@\"\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "verify", "--cluster", str(cluster),
+                           "--workload", "--kubeconfig", str(conf), "--workload-timeout", "120", "--json"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    try:
+        [report] = json.loads(done.stdout)
+    except ValueError:
+        raise AssertionError(done.stdout + done.stderr) from None
+    assert report["node"] == GPU.name, report
+    return done.returncode, {c["id"]: c for c in report["checks"]}
+
+
+def assert_workload_ran(cluster: Path, ssh, tmp_path: Path) -> None:
+    """The workload's pods were scheduled on the GPU node, ran the probe and saw a writable /dev/shm; CUDA fails
+    there (no libcuda.so.1 on rig nodes), so the run's exit status is 1; and nothing it made is left."""
+    code, checks = run_workload(cluster, ssh, tmp_path)
+    for check in ("workload.pods.scheduled", "workload.pods.running", "workload.shm.size"):
+        assert checks[check]["status"] == "pass", checks
+    assert checks["workload.cuda.vector_add"]["status"] == "fail", checks
+    assert "libcuda.so.1" in checks["workload.cuda.vector_add"]["reason"], checks
+    assert code == 1
+    # The run deletes without waiting (--wait=false): the kubelet stops the pods, then their claims go.
+    deadline = time.monotonic() + 90
+    while True:
+        left = ssh(CP, f"{KUBECTL} get deployments,pods,resourceclaims -n gpu-provision -o name").stdout.split()
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert left == [], left
 
 
 def totals(output: str) -> tuple[int, int, int, int]:
@@ -169,3 +226,53 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     assert third.returncode == 0, third.stdout + third.stderr
     labels = json.loads(ssh(CP, f"{KUBECTL} get node {GPU.name} -o json").stdout)["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
+
+    assert_workload_ran(cluster, ssh, tmp_path)
+
+
+def test_dra_cluster_converges_lists_its_gpus_and_runs_the_workload(rig, rig_nodes, ssh, reset_node, tmp_path):
+    """``gpu_allocation: dra`` through the sudo user: the DRA driver's objects instead of the device plugin, the
+    GPU node's ResourceSlice listing both GPUs, no drift, a second run changing nothing, and the workload getting a
+    GPU through a ResourceClaim."""
+    for node in RIG_NODES:
+        reset_node(node.name)
+    build_mirror(rig.paths.mirror)
+    cluster = cluster_file(tmp_path, rig, SUDO_USER, allocation="dra")
+    # The DRA plugin lists what the driver sees: the GPU node gets the (stand-in) driver first, as a GPU node would.
+    driver = run_pyinfra(cluster, REPO / "deploys" / "gpu_node.py", tmp_path, stages="preflight,driver")
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    first = run_pyinfra(cluster, DEPLOY, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    classes = ssh(CP, f"{KUBECTL} get deviceclasses -o name").stdout.split()
+    assert {"deviceclass.resource.k8s.io/gpu.nvidia.com", "deviceclass.resource.k8s.io/mig.nvidia.com"} <= set(classes)
+    daemonsets = ssh(CP, f"{KUBECTL} get daemonsets -A -o name").stdout.split()
+    assert "daemonset.apps/dra-driver-nvidia-gpu-kubelet-plugin" in daemonsets
+    assert "daemonset.apps/nvidia-device-plugin" not in daemonsets
+    templates = ssh(CP, f"{KUBECTL} get resourceclaimtemplates -n vision -o name").stdout.split()
+    assert templates == ["resourceclaimtemplate.resource.k8s.io/gpu"], templates
+
+    deadline = time.monotonic() + 60
+    devices: list[str] = []
+    while time.monotonic() < deadline:
+        slices = json.loads(ssh(CP, f"{KUBECTL} get resourceslices --field-selector spec.nodeName={GPU.name} "
+                                    "-o json").stdout)["items"]
+        devices = sorted(d["name"] for s in slices for d in s["spec"]["devices"])
+        if devices:
+            break
+        time.sleep(2)
+    assert devices == ["gpu-0", "gpu-1"], devices
+    [published] = slices
+    assert published["spec"]["pool"] == {"name": GPU.name, "generation": 1, "resourceSliceCount": 1}
+
+    in_sync = drift(cluster)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+    second = run_pyinfra(cluster, DEPLOY, tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    _, success, error, _ = totals(second.stdout + second.stderr)
+    assert (success, error) == (0, 0), second.stdout
+
+    assert_workload_ran(cluster, ssh, tmp_path)
+    # The claims went with the pods; the node's GPUs are free again for the next claim.
+    claims = ssh(CP, f"{KUBECTL} get resourceclaims -A -o name").stdout.split()
+    assert claims == [], claims
