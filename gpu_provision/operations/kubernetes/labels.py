@@ -14,8 +14,8 @@ from pyinfra.api import operation
 
 from gpu_provision.facts.state import invalidate
 from gpu_provision.k8s.nodes import taint_objects
-from gpu_provision.operations.commands import current_state, mark_changed, this_host
-from gpu_provision.operations.kubernetes.probe import KUBECTL, api_or_fail, kubernetes_request
+from gpu_provision.operations.commands import mark_changed, this_host
+from gpu_provision.operations.kubernetes.probe import KUBECTL, control_plane_api
 
 
 def label_plan(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]], api: Mapping[str, Any]) -> list[str]:
@@ -76,12 +76,9 @@ def node_labels(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]]):
     host = this_host()
     if host.state.is_executing:
         invalidate(host)
-    state = current_state(host, kubernetes_request())
-    api, failure = api_or_fail(host, state, "node labels")
-    if failure:
-        yield failure
+    api = yield from control_plane_api(host, "node labels")
+    if api is None:
         return
-    assert api is not None
     gone = [n for n in sorted(wanted) if n not in api.get("nodes", {}) and not joining(host.state, n)]
     for name in gone:
         host.noop(f"node {name} is not registered and does not join in this run: its labels wait for a later run")

@@ -18,8 +18,8 @@ from pyinfra.api import operation
 from gpu_provision.k8s.images import with_registry
 from gpu_provision.k8s.objects import Obj, content_hash, key
 from gpu_provision.operations import atomic
-from gpu_provision.operations.commands import current_state, fail_command, mark_changed, this_host
-from gpu_provision.operations.kubernetes.probe import KUBECTL, api_or_fail, kubernetes_request
+from gpu_provision.operations.commands import fail_command, mark_changed, this_host
+from gpu_provision.operations.kubernetes.probe import KUBECTL, control_plane_api
 from gpu_provision.spec import nodepaths
 
 
@@ -57,12 +57,9 @@ def manifest_applied(manifest: Manifest):
         manifests.manifest_applied(name="Device plugin", manifest=Manifest("device-plugin", path, objs))
     """
     host = this_host()
-    state = current_state(host, kubernetes_request())
-    api, failure = api_or_fail(host, state, f"manifest {manifest.name}")
-    if failure:
-        yield failure
+    api = yield from control_plane_api(host, f"manifest {manifest.name}")
+    if api is None:
         return
-    assert api is not None
     stale = stale_objects(manifest, api)
     if not stale:
         host.noop(f"manifest {manifest.name} already applied")
@@ -82,12 +79,9 @@ def objects_deleted(objects: tuple[Obj, ...]):
         manifests.objects_deleted(name="Device plugin removed", objects=tuple(applied.other_allocator(cluster)))
     """
     host = this_host()
-    state = current_state(host, kubernetes_request())
-    api, failure = api_or_fail(host, state, "objects to remove")
-    if failure:
-        yield failure
+    api = yield from control_plane_api(host, "objects to remove")
+    if api is None:
         return
-    assert api is not None
     present = api.get("objects", {})
     found = [key(obj) for obj in objects if "/".join(key(obj)) in present]
     if not found:
@@ -143,12 +137,9 @@ def cni_applied(source: str | None, registry: str | None, daemonset: str, path: 
                               daemonset="kube-flannel/kube-flannel-ds", path="/etc/gpu-provision/kubernetes/cni.yaml")
     """
     host = this_host()
-    state = current_state(host, kubernetes_request())
-    api, failure = api_or_fail(host, state, "CNI")
-    if failure:
-        yield failure
+    api = yield from control_plane_api(host, "CNI")
+    if api is None:
         return
-    assert api is not None
     if daemonset in api.get("daemonsets", []):
         host.noop(f"CNI already installed ({daemonset})")
         return

@@ -7,10 +7,10 @@ is not there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
-from gpu_provision.operations.commands import fail_command
+from gpu_provision.operations.commands import current_state, fail_command
 from gpu_provision.state import NodeStateData, Request
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
@@ -42,3 +42,15 @@ def api_or_fail(host: Any, state: NodeStateData, what: str) -> tuple[dict[str, A
         # At prepare time a control plane that is about to be initialised has no API yet.
         return {"nodes": {}, "objects": {}, "daemonsets": []}, None
     return None, fail_command(f"{what}: the API server did not answer: {section.get('api_error')}")
+
+
+def control_plane_api(host: Any, what: str) -> Generator[str, Any, dict[str, Any] | None]:
+    """The API as the probe read it on this control plane; where it cannot be read, yields the failing command.
+
+    Used as ``api = yield from control_plane_api(host, what)`` in an operation, which returns when ``api`` is None:
+    every Kubernetes operation fails the same way when the API is not there.
+    """
+    api, failure = api_or_fail(host, current_state(host, kubernetes_request()), what)
+    if failure:
+        yield failure
+    return api
