@@ -97,6 +97,23 @@ def drift(cluster: Path) -> subprocess.CompletedProcess[str]:
                            "--stage", "kubernetes"], capture_output=True, text=True, timeout=180, env=env)
 
 
+def assert_converged(cluster: Path, workdir: Path) -> None:
+    """Drift finds nothing and a second run of the Kubernetes stage changes nothing."""
+    in_sync = drift(cluster)
+    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
+    second = run_pyinfra(cluster, DEPLOY, workdir)
+    assert second.returncode == 0, second.stdout + second.stderr
+    _, success, error, _ = totals(second.stdout + second.stderr)
+    assert (success, error) == (0, 0), second.stdout
+
+
+def install_driver(cluster: Path, workdir: Path) -> None:
+    """The (stand-in) driver on the GPU node, as on a GPU node: the device plugin and the DRA plugin advertise the
+    GPUs the driver's nvidia-smi lists, so the workload's pods fit only then."""
+    driver = run_pyinfra(cluster, REPO / "deploys" / "gpu_node.py", workdir, stages="preflight,driver")
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+
+
 def run_workload(cluster: Path, ssh, tmp_path: Path) -> tuple[int, dict[str, dict[str, Any]]]:
     """``gpu-provision verify --workload`` from this controller: exit status and the checks by id.
 
@@ -154,6 +171,7 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     build_mirror(rig.paths.mirror)
     cluster = cluster_file(tmp_path, rig, login)
     deploy = DEPLOY
+    install_driver(cluster, tmp_path)
 
     first = run_pyinfra(cluster, deploy, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -163,8 +181,9 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
         if path.is_file():
             assert not TOKEN.search(path.read_text(errors="replace")), path
 
+    # The driver stage holds its own packages too (nvidia-*): these are the Kubernetes ones.
     versions = ssh(GPU, "dpkg-query -W -f '${Package}=${Version}\\n' kubelet kubeadm kubectl cri-tools "
-                        "kubernetes-cni; apt-mark showhold")
+                        "kubernetes-cni; apt-mark showhold | grep -v '^nvidia-'")
     assert versions.stdout.split() == [
         "cri-tools=1.36.0-1.1", "kubeadm=1.36.4-1.1", "kubectl=1.36.4-1.1", "kubelet=1.36.4-1.1",
         "kubernetes-cni=1.5.1-1.1", "cri-tools", "kubeadm", "kubectl", "kubelet", "kubernetes-cni"], versions
@@ -201,13 +220,7 @@ def test_cluster_converges_joins_and_stays_converged(rig, rig_nodes, ssh, reset_
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
     assert "job_name: dcgm-exporter" in ssh(CP, "cat /etc/prometheus/gpu-scrape.yml").stdout
 
-    in_sync = drift(cluster)
-    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
-
-    second = run_pyinfra(cluster, deploy, tmp_path)
-    assert second.returncode == 0, second.stdout + second.stderr
-    hosts, success, error, no_change = totals(second.stdout + second.stderr)
-    assert (success, error) == (0, 0), second.stdout
+    assert_converged(cluster, tmp_path)
 
     # Drift made behind the tool's back is reported (pyinfra --dry and gpu-provision drift agree), then converged.
     assert ssh(CP, f"{KUBECTL} label node {GPU.name} --overwrite nvidia.com/gpu.product=other").returncode == 0
@@ -238,9 +251,7 @@ def test_dra_cluster_converges_lists_its_gpus_and_runs_the_workload(rig, rig_nod
         reset_node(node.name)
     build_mirror(rig.paths.mirror)
     cluster = cluster_file(tmp_path, rig, SUDO_USER, allocation="dra")
-    # The DRA plugin lists what the driver sees: the GPU node gets the (stand-in) driver first, as a GPU node would.
-    driver = run_pyinfra(cluster, REPO / "deploys" / "gpu_node.py", tmp_path, stages="preflight,driver")
-    assert driver.returncode == 0, driver.stdout + driver.stderr
+    install_driver(cluster, tmp_path)
     first = run_pyinfra(cluster, DEPLOY, tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
 
@@ -265,12 +276,7 @@ def test_dra_cluster_converges_lists_its_gpus_and_runs_the_workload(rig, rig_nod
     [published] = slices
     assert published["spec"]["pool"] == {"name": GPU.name, "generation": 1, "resourceSliceCount": 1}
 
-    in_sync = drift(cluster)
-    assert in_sync.returncode == 0, in_sync.stdout + in_sync.stderr
-    second = run_pyinfra(cluster, DEPLOY, tmp_path)
-    assert second.returncode == 0, second.stdout + second.stderr
-    _, success, error, _ = totals(second.stdout + second.stderr)
-    assert (success, error) == (0, 0), second.stdout
+    assert_converged(cluster, tmp_path)
 
     assert_workload_ran(cluster, ssh, tmp_path)
     # The claims went with the pods; the node's GPUs are free again for the next claim.
