@@ -70,7 +70,8 @@ def manifest_applied(manifest: Manifest):
 
 @operation()
 def objects_deleted(objects: tuple[Obj, ...]):
-    """This project's objects absent from the API: those of ``objects`` that it lists are deleted.
+    """Objects this project made that must not stay (the other GPU allocation mode's): those of ``objects`` the API
+    lists are deleted, so a second run finds none and changes nothing.
 
     + objects: the objects to remove (kind, namespace and name are read)
 
