@@ -101,8 +101,7 @@ class _Compiler:
             return _always, exact
         if len(checks) == 1:
             return checks[0], exact
-        every = tuple(checks)
-        return (lambda v: all(c(v) for c in every)), exact
+        return _every(checks), exact
 
     def keyword(self, keyword: str, value: Any, schema: dict[str, Any]) -> tuple[Check, bool] | None:
         """One keyword's check, or None for a keyword (or form of one) this compiler does not know."""
@@ -111,7 +110,10 @@ class _Compiler:
             if not all(n in _TYPES for n in names):
                 return None
             tests = tuple(_TYPES[n] for n in names)
-            return (lambda v: any(t(v) for t in tests)), not {"number", "integer"} & set(names)
+            exact = not {"number", "integer"} & set(names)
+            if len(tests) == 1:
+                return tests[0], exact
+            return (lambda v: any(t(v) for t in tests)), exact
         if keyword in ("enum", "const"):
             allowed = value if keyword == "enum" else [value]
             if not isinstance(allowed, list) or not all(isinstance(a, str) or a is None or _is_number(a)
@@ -143,8 +145,8 @@ class _Compiler:
                 return None
             return (lambda v: not isinstance(v, str) or _DATE_TIME.match(v) is not None), False
         if keyword == "required":
-            keys = tuple(value)
-            return (lambda v: not isinstance(v, dict) or all(k in v for k in keys)), True
+            keys = frozenset(value)
+            return (lambda v: not isinstance(v, dict) or keys <= v.keys()), True
         if keyword == "properties":
             return self.properties(value)
         if keyword == "additionalProperties":
@@ -152,7 +154,7 @@ class _Compiler:
                 return None
             known = frozenset(schema.get("properties", {}))
             if value is False:
-                return (lambda v: not isinstance(v, dict) or all(k in known for k in v)), True
+                return (lambda v: not isinstance(v, dict) or known.issuperset(v)), True
             extra, extra_exact = self.compile(value)
             return (lambda v: not isinstance(v, dict) or all(extra(x) for k, x in v.items() if k not in known)), \
                 extra_exact
@@ -163,13 +165,20 @@ class _Compiler:
             if isinstance(value, list) or "prefixItems" in schema:
                 return None
             item, item_exact = self.compile(value)
-            return (lambda v: not isinstance(v, list) or all(item(x) for x in v)), item_exact
+
+            def items(v: Any) -> bool:
+                if isinstance(v, list):
+                    for x in v:
+                        if not item(x):
+                            return False
+                return True
+
+            return items, item_exact
         if keyword == "$ref":
             return self.ref(value), False
         if keyword == "allOf":
             parts = [self.compile(s) for s in value]
-            every = tuple(p[0] for p in parts)
-            return (lambda v: all(c(v) for c in every)), all(p[1] for p in parts)
+            return _every([p[0] for p in parts]), all(p[1] for p in parts)
         if keyword == "if":
             return self.conditional(value, schema)
         if keyword in ("then", "else"):
@@ -198,6 +207,19 @@ class _Compiler:
         then, then_exact = self.compile(schema.get("then", True))
         other, other_exact = self.compile(schema.get("else", True))
         return (lambda v: then(v) if test(v) else other(v)), then_exact and other_exact
+
+
+def _every(checks: list[Check]) -> Check:
+    """A check passing where each of ``checks`` passes, tried in order (a loop: no generator per value)."""
+    every = tuple(checks)
+
+    def check(v: Any) -> bool:
+        for c in every:  # noqa: SIM110 (all() over a generator costs a generator per value checked)
+            if not c(v):
+                return False
+        return True
+
+    return check
 
 
 def compile_schema(schema: dict[str, Any]) -> Check:

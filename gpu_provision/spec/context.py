@@ -32,6 +32,9 @@ class Context:
     fast: bool = False
     #: Model parts already built, by kind and the identity of the mapping they were built from (see ``part``).
     parts: dict[tuple[Any, ...], tuple[Any, Any]] = field(default_factory=dict)
+    #: Nodes whose every setting is the same object as an earlier node's, by index: that node's index. Building the
+    #: earlier node found no problem, so a check of meaning that reads the settings alone needs no second run.
+    copies: dict[int, int] = field(default_factory=dict)
 
     def part(self, kind: str, raw: Any, build: Callable[[Any], Any], *extra: Any) -> Any:
         """``build(raw)``, built once per mapping ``raw`` of the document (and ``extra`` values it also depends on).

@@ -148,15 +148,17 @@ def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSetting
     group share their inherited mappings) is that node's with its own name, address and line, when building that
     one found no problem (a problem is recorded at its own node's lines)."""
     values = [raw.get(key) for key in _SHAPE]
-    shape = ("node", *(id(v) if isinstance(v, (dict, list)) else v for v in values))
+    shape = ("node", *[id(v) if v.__class__ is dict or v.__class__ is list else v for v in values])
     line = ctx.positions.of(("nodes", index))[0]
     found = ctx.parts.get(shape)
     if found is not None:
-        return replace(cast(Node, found[1]), name=raw["name"], address=raw["address"], line=line)
+        original, node = found[1]
+        ctx.copies[index] = original
+        return node.changed(name=raw["name"], address=raw["address"], line=line)
     problems = len(ctx.problems)
     node = _build_node(ctx, index, raw, cluster_ssh, line)
     if len(ctx.problems) == problems:
-        ctx.parts[shape] = (values, node)  # holding the mappings keeps their ids from being reused
+        ctx.parts[shape] = (values, (index, node))  # holding the mappings keeps their ids from being reused
     return node
 
 

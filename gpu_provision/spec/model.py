@@ -370,6 +370,15 @@ class Node:
         """Whether the node is expected to carry NVIDIA GPUs."""
         return bool(self.gpus.model) and self.gpus.count > 0
 
+    def changed(self, **fields: object) -> Node:
+        """This node with ``fields`` changed, as ``dataclasses.replace`` makes it, without a second pass through the
+        constructor: every other field is this node's own, already built and frozen. A 10,000-node file of one group
+        copies a node per entry (its name, address and line) and again per derived MIG plan; through ``replace``
+        those copies were about a tenth of its validation."""
+        copy = object.__new__(Node)
+        copy.__dict__.update(self.__dict__, **fields)
+        return copy
+
 
 @dataclass(frozen=True)
 class Cluster:

@@ -30,7 +30,11 @@ def check(cluster: Cluster, ctx: Context) -> None:
     """Run every check of meaning on the resolved ``cluster``, recording each problem in ``ctx``."""
     _unique_nodes(cluster, ctx)
     _groups_exist(ctx)
+    clean: set[int] = set()
     for index, node in enumerate(cluster.nodes):
+        if ctx.copies.get(index, -1) in clean:
+            continue  # every setting is the same object as a node's whose checks found nothing (ctx.copies)
+        problems = len(ctx.problems)
         model = _gpu_model(ctx, index, node)
         _driver(ctx, index, node, model)
         _mig(ctx, index, node, model)
@@ -40,6 +44,8 @@ def check(cluster: Cluster, ctx: Context) -> None:
         _vgpu_driver(ctx, index, node)
         _permissions(ctx, index, node)
         _yaml_numbers(ctx, index, node)
+        if len(ctx.problems) == problems:
+            clean.add(index)
     _kubernetes(cluster, ctx)
     dra.check(cluster, ctx)
     _mirror_keys(cluster, ctx)

@@ -30,6 +30,8 @@ MAX_BYTES = 2 * 1024 * 1024
 MAX_VALUES = 200_000
 MAX_DEPTH = 48
 _STR = "tag:yaml.org,2002:str"
+_MAP = yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG
+_SEQ = yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG
 
 
 def _remembering(loader: type[Any]) -> type[Any]:
@@ -46,8 +48,11 @@ def _remembering(loader: type[Any]) -> type[Any]:
             self.tags: dict[tuple[Any, Any], str] = {}
 
         def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-            if kind is not yaml.ScalarNode:
-                return super().resolve(kind, value, implicit)
+            # No path resolvers: a mapping's or list's tag is the default one (what the base class returns).
+            if kind is yaml.MappingNode:
+                return _MAP
+            if kind is yaml.SequenceNode:
+                return _SEQ
             key = (value, implicit)
             tag = self.tags.get(key)
             if tag is None:
@@ -82,18 +87,21 @@ class Positions:
 
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)
-    #: Scalar text as it stands in the file (quotes included) and whether it was written plain (unquoted).
-    scalars: dict[Path, tuple[str, bool]] = field(default_factory=dict)
+    #: Where each scalar's text stands in :attr:`source` (start and end index, quotes included) and whether it was
+    #: written plain (unquoted). The text itself is cut out only when a message asks for it.
+    scalars: dict[Path, tuple[int, int, bool]] = field(default_factory=dict)
+    #: The document's text.
+    source: str = ""
 
     def written(self, path: Path) -> str | None:
         """The scalar at ``path`` exactly as the file writes it, None for a mapping, a list or a missing path."""
         found = self.scalars.get(tuple(path))
-        return found[0] if found else None
+        return self.source[found[0]:found[1]].rstrip() if found else None
 
     def plain(self, path: Path) -> bool:
         """Whether the scalar at ``path`` was written without quotes, the form YAML 1.1 may read as a non-string."""
         found = self.scalars.get(tuple(path))
-        return bool(found and found[1])
+        return bool(found and found[2])
 
     def of(self, path: Path, *, key: bool = False) -> tuple[int, int]:
         """Position of ``path``, or of its nearest ancestor that has one."""
@@ -112,11 +120,10 @@ class Positions:
 
 
 class _Budget:
-    """Values converted so far, and the text they are read from (for quoting scalars as written)."""
+    """Values converted so far."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self) -> None:
         self.values = 0
-        self.source = source
 
 
 def read_bounded(path: str | os.PathLike[str], what: str) -> bytes:
@@ -206,10 +213,10 @@ def _document(loader_class: type[yaml.SafeLoader], text: str, filename: str) -> 
         if loader is not None:
             loader.dispose()
 
-    positions = Positions()
+    positions = Positions(source=text)
     if root is None:
         return None, positions
-    value = _convert(root, (), loader, positions, _Budget(text), filename, 0)
+    value = _convert(root, (), loader, positions, _Budget(), filename, 0)
     return value, positions
 
 
@@ -238,25 +245,26 @@ def _convert(node: yaml.Node, path: Path, loader: yaml.SafeLoader, positions: Po
                      f"document expands to more than {MAX_VALUES} values (aliases are counted each time they are used)")
     if depth > MAX_DEPTH:
         raise _error(filename, *here, path, f"nesting is deeper than {MAX_DEPTH} levels")
-    positions.values.setdefault(path, here)
-    if node.tag not in _TAGS:
-        raise _error(filename, *here, path, f"YAML tag '{_short(node.tag)}' is not supported here "
+    if path not in positions.values:
+        positions.values[path] = here
+    tag = node.tag
+    if tag not in _TAGS:
+        raise _error(filename, *here, path, f"YAML tag '{_short(tag)}' is not supported here "
                                             "(allowed: text, numbers, booleans, null, dates, lists and mappings)")
 
-    if isinstance(node, yaml.ScalarNode):
-        if path not in positions.scalars:
-            written = budget.source[mark.index:node.end_mark.index]
-            positions.scalars[path] = (written.rstrip(), not node.style)  # plain: None (PyYAML) or '' (libyaml)
-        if node.tag == _STR:  # what the constructor would return, without its dispatch for every text value
+    if node.__class__ is yaml.ScalarNode:
+        if path not in positions.scalars:  # plain: style None (PyYAML) or '' (libyaml)
+            positions.scalars[path] = (mark.index, node.end_mark.index, not node.style)
+        if tag == _STR:  # what the constructor would return, without its dispatch for every text value
             return node.value
         try:
             return loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
             raise _error(filename, *here, path, f"invalid value: {exc}") from None
-    if isinstance(node, yaml.SequenceNode):
+    if node.__class__ is yaml.SequenceNode:
         return [_convert(item, (*path, n), loader, positions, budget, filename, depth + 1)
                 for n, item in enumerate(node.value)]
-    if isinstance(node, yaml.MappingNode):
+    if node.__class__ is yaml.MappingNode:
         return _mapping(node, path, loader, positions, budget, filename, depth)
     raise _error(filename, *here, path, f"unsupported YAML node {type(node).__name__}")
 

@@ -9,8 +9,11 @@ import pytest
 
 from gpu_provision.errors import SpecError
 from gpu_provision.spec import load_cluster
-from gpu_provision.spec.model import MigLayout
-from gpu_provision.spec.resolve import mig_strategy_for
+from gpu_provision.spec.context import Context
+from gpu_provision.spec.loader import _node
+from gpu_provision.spec.model import MigLayout, SshSettings
+from gpu_provision.spec.resolve import Inherited, mig_strategy_for, resolve_node
+from gpu_provision.spec.yamlsafe import load_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "gpu_provision" / "spec"
@@ -94,3 +97,36 @@ def test_a_problem_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp
     located = [(p.path, p.message) for p in caught.value.problems]
     assert len(located) == 2, located
     assert all("GPU index 5 does not exist" in message for _, message in located)
+
+
+def test_a_problem_of_meaning_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path) -> None:
+    # Building the nodes finds nothing, so b and c are copies of a; the check of meaning finds the branch too old on
+    # a, so it runs again on its copies, and each node's problem is reported (a copy of a clean node is not checked).
+    path = _group_file(tmp_path, """\
+    gpus: {model: H200, count: 8}
+    driver: {branch: 470}
+""", """\
+  - {name: a, address: 192.0.2.1, group: h200}
+  - {name: b, address: 192.0.2.2, group: h200}
+  - {name: c, address: 192.0.2.3, group: h200}
+""")
+    with pytest.raises(SpecError) as caught:
+        load_cluster(path)
+    located = [(p.line, p.message) for p in caught.value.problems]
+    assert len(located) == 3, located
+    assert all("driver branch 470 does not support H200" in message for _, message in located)
+
+
+def test_a_copy_of_a_clean_node_is_recorded_against_the_node_it_copies(tmp_path: Path) -> None:
+    path = _group_file(tmp_path, "    gpus: {model: H200, count: 8}\n", """\
+  - {name: a, address: 192.0.2.1, group: h200}
+  - {name: b, address: 192.0.2.2, group: h200}
+  - {name: c, address: 192.0.2.3, group: h200, labels: {rack: r1}}
+  - {name: d, address: 192.0.2.4, group: h200}
+""")
+    document, positions = load_yaml(path.read_bytes(), str(path), fast=True)
+    ctx = Context(document=document, positions=positions, filename=str(path), base_dir=tmp_path)
+    inherited: Inherited = {}
+    nodes = [_node(ctx, i, resolve_node(document, i, inherited)[0], SshSettings()) for i in range(4)]
+    assert ctx.copies == {1: 0, 3: 0}
+    assert [n.name for n in nodes] == ["a", "b", "c", "d"] and nodes[1].gpus is nodes[0].gpus
