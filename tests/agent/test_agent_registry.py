@@ -192,8 +192,9 @@ def test_an_unguarded_check_or_a_reading_that_raises_is_an_agent_error(
                    (Row("node.gpu.count", "node", ("gpus", "pci"), checks.count_checks),))
 
 
-def test_each_reading_is_taken_once(sim_node, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Several rows share ``nvidia-smi -q -x`` and ``-L``; the simulated node answers each command once."""
+def _commands_of_one_run(expect: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[Any],
+                                                                                             dict[str, Any]]:
+    """The nvidia-smi arguments one agent run used, in order, with its checks and report header."""
     commands: list[str] = []
     real_run = readings.run
 
@@ -202,16 +203,34 @@ def test_each_reading_is_taken_once(sim_node, monkeypatch: pytest.MonkeyPatch) -
         return real_run(argv, *args, **kwargs)
 
     monkeypatch.setattr(readings, "run", counting)
-    expect = sim_node.expect(2)
     node = NodeReadings(expect, self_command())
     node.start_background()
     found = run_checks(node, expect)
     host = node.host()
     node.close()
-    assert commands == sorted(set(commands), key=commands.index)
-    assert "-q -x" in commands and "-L" in commands
+    return commands, found, host
+
+
+def test_each_reading_is_taken_once_and_a_node_without_mig_is_not_listed(sim_node, monkeypatch: pytest.MonkeyPatch
+                                                                          ) -> None:
+    """Every row shares one ``nvidia-smi -q -x``; without MIG the GPUs' UUIDs come from it, so ``-L`` (which pairs
+    MIG devices with their UUIDs) is not run: one stand-in nvidia-smi call fewer per node and per run."""
+    commands, found, host = _commands_of_one_run(sim_node.expect(2), monkeypatch)
+    assert commands == ["-q -x"]
     assert {c.status for c in found} == {"pass", "skip"}
     assert host["gpus"][0]["index"] == 0 and "cuda_wall_s" in host
+
+
+def test_a_node_with_mig_on_is_listed_once(sim_node, monkeypatch: pytest.MonkeyPatch) -> None:
+    sim_node.smi("-i", "0", "-mig", "1")
+    sim_node.smi("mig", "-i", "0", "-cgi", "9,9", "-C")
+    wanted = {0: [{"profile": "3g.71gb", "start": 0, "size": 4}, {"profile": "3g.71gb", "start": 4, "size": 4}]}
+    commands, found, _ = _commands_of_one_run(sim_node.expect(2, mig=wanted), monkeypatch)
+    assert commands == sorted(set(commands), key=commands.index)
+    assert commands.count("-L") == 1 and "-q -x" in commands
+    # The two 3g.71gb devices were found through the listing: one CUDA subject (a skip without libcuda) each.
+    assert {c.id for c in found if c.mig_uuid} == {"gpu0.gi1.cuda.vector_add", "gpu0.gi1.memory.bandwidth",
+                                                    "gpu0.gi2.cuda.vector_add", "gpu0.gi2.memory.bandwidth"}
 
 
 def test_state_checks_start_no_work(sim_node) -> None:  # type: ignore[no-untyped-def]

@@ -84,7 +84,12 @@ class NodeReadings:
 
     @cached_property
     def listing(self) -> dict[int, dict[str, Any]]:
-        """``nvidia-smi -L`` by GPU index (with each GPU's MIG devices)."""
+        """``nvidia-smi -L`` by GPU index (with each GPU's MIG devices), read only where MIG is on: it is the one
+        place that pairs MIG devices with their UUIDs, and a GPU without MIG has its UUID in the XML report. An
+        nvidia-smi call costs tens of milliseconds on a stand-in and more on a real node, so one without MIG is
+        left out (empty here)."""
+        if not self.mig_on:
+            return {}
         text, _ = self.smi_binary.text("-L")
         return {g["index"]: g for g in nvsmi.parse_list(text or "")}
 
@@ -128,8 +133,8 @@ class NodeReadings:
         """
         targets = []
         for gpu in self.gpus or []:
-            listed = self.listing.get(gpu["index"], {})
             if gpu.get("mig_current"):
+                listed = self.listing.get(gpu["index"], {})
                 by_device = {d["index"]: d for d in self.mig_devices.get(gpu["index"], [])}
                 for mig in listed.get("mig", []):
                     gi = by_device.get(mig["device"], {}).get("gpu_instance_id")
@@ -248,8 +253,11 @@ class NodeReadings:
 
     @cached_property
     def want_devices(self) -> int:
-        """GPU devices a container should list: those ``nvidia-smi -L`` lists, else the cluster file's count."""
-        return nvsmi.device_count(list(self.listing.values())) if self.listing else self.expect["gpu"]["count"]
+        """GPU devices a container should list: those ``nvidia-smi -L`` lists (MIG devices counted where MIG is on),
+        else the GPUs of the XML report, else the cluster file's count."""
+        if self.listing:
+            return nvsmi.device_count(list(self.listing.values()))
+        return len(self.gpus) if self.gpus and not self.mig_on else self.expect["gpu"]["count"]
 
     @cached_property
     def container_job(self) -> Background | None:
