@@ -41,10 +41,12 @@ NODE_DIR = "/usr/local/lib/gpu-provision"
 BUNDLE_NAME = "gpu-provision-node.pyz"
 BUNDLE_PATH = f"{NODE_DIR}/{BUNDLE_NAME}"
 
-#: How the probe starts the node's Python. Isolated (``-I``): no ``PYTHON*`` variables, no user site, and no current
+#: How the probe and the verification agent's loader (:mod:`gpu_provision.verify.agent`) start the node's Python.
+#: Isolated (``-I``): no ``PYTHON*`` variables, no user site, and no current
 #: directory on ``sys.path``, so a ``json.py`` in the login directory cannot stand in for the standard library in a
-#: program run as root. Without ``site`` (``-S``): the probe uses the standard library only, and skipping site's
-#: start-up (and a distribution's ``sitecustomize``) saves about 2 ms of CPU at every check of every node.
+#: program run as root. Without ``site`` (``-S``): both use the standard library only (the agent also what its
+#: archive carries), and skipping site's start-up (and a distribution's ``sitecustomize``) saves about 2 ms of CPU
+#: at every check of every node.
 PROBE_PYTHON = "python3 -I -S"
 
 #: Where nodes keep the probe's modules by digest (root's alone, mode 0700).

@@ -47,9 +47,12 @@ AGENT_CACHE = "/var/lib/gpu-provision/agent"
 #: What :func:`run_command` prints (and exits 0) when the node has no usable copy of this version.
 CACHE_MISS = {"gpu-provision-agent-cache": "miss"}
 
-# Runs on the node's python3 (3.9+). argv: expectations (base64), then extra agent arguments.
+# Runs on the node's python3 (3.9+) as bundle.PROBE_PYTHON starts it (isolated, without site: the agent needs only
+# the standard library and what its archive carries). argv: expectations (base64), then extra agent arguments. The
+# run's private directory is made with os.mkdir (mode 0700, a random name, refused if it exists, as mkdtemp makes it)
+# and removed with a walk of its own: tempfile and shutil cost a run more to import than the work they did here.
 _RUN_LOADER = """\
-import base64,io,os,shutil,sys,tempfile
+import base64,io,os,sys
 R={cache!r}
 A=R+'/{digest}.pyz'
 try:
@@ -69,7 +72,7 @@ C=R+'/{digest}.'+str(T)+'.pyz'
 if T and not os.path.isfile(C):
     try:
         import importlib.util as u,marshal,zipfile
-        f,t=tempfile.mkstemp('.pyz','.compiled-',R);os.close(f)
+        t=R+'/.compiled-'+os.urandom(8).hex()+'.pyz';os.close(os.open(t,os.O_WRONLY|os.O_CREAT|os.O_EXCL,0o600))
         with zipfile.ZipFile(A) as z,zipfile.ZipFile(t,'w') as o:
             for i in z.infolist():
                 b=z.read(i);o.writestr(i,b)
@@ -84,8 +87,13 @@ if T and not os.path.isfile(C):
             pass
 if T and os.path.isfile(C):
     A=C
-d=tempfile.mkdtemp(prefix='run-',dir=R)
-tempfile.tempdir=d
+while 1:
+    d=R+'/run-'+os.urandom(6).hex()
+    try:
+        os.mkdir(d,0o700);break
+    except FileExistsError:
+        pass
+os.environ['TMPDIR']=d
 r=3
 out=io.StringIO()
 real=sys.stdout
@@ -110,7 +118,16 @@ finally:
             f.write(out.getvalue())
         sys.stderr.write('gpu-provision: run files kept in '+d+'\\n')
     else:
-        shutil.rmtree(d,ignore_errors=True)
+        for w,ds,fs in os.walk(d,topdown=False):
+            for n in fs+ds:
+                try:
+                    (os.rmdir if os.path.isdir(w+'/'+n) and not os.path.islink(w+'/'+n) else os.remove)(w+'/'+n)
+                except OSError:
+                    pass
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
 if not isinstance(r,int) and r is not None:
     sys.stderr.write(str(r)+'\\n');r=3
 if (r or 0)>2:
@@ -154,7 +171,7 @@ def run_command(expectations: str, keep: bool = False, cache_dir: str = AGENT_CA
     loader = _RUN_LOADER.format(cache=cache_dir, digest=agent_digest(), miss=json.dumps(CACHE_MISS),
                                 package=bundle.PACKAGE, keep="1" if keep else "0")
     encoded = base64.b64encode(expectations.encode()).decode()
-    return f"python3 -c {shlex.quote(loader)} {encoded} --compact"
+    return f"{bundle.PROBE_PYTHON} -c {shlex.quote(loader)} {encoded} --compact"
 
 
 def install_command(cache_dir: str = AGENT_CACHE) -> tuple[str, str]:

@@ -44,7 +44,10 @@ class NodeReadings:
         host: dict[str, Any] = readings.host_facts(self.paths["proc"])
         host.update({"driver": self.smi_driver, "cuda": self.query["cuda_version"] if self.query else None,
                      "gpus": [{k: g[k] for k in ("index", "name", "uuid", "bus_id")} for g in self.gpus or []],
-                     "nvml": self.nvml[1] or "available",
+                     # NVML is opened only for a check that reads it (peer access): pynvml's import and NVML's
+                     # start cost every run otherwise, for a header line.
+                     "nvml": (self.nvml[1] or "available") if "nvml" in self.__dict__ else "not opened (no check "
+                                                                                            "needed it)",
                      # 0 when no CUDA child was started (a run of the state checks alone).
                      "cuda_wall_s": round(self.cuda_results[1], 3) if "cuda_probes" in self.__dict__ else 0.0})
         return host
