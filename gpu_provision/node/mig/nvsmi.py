@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
-_PLACEMENT = re.compile(r"^(\d+):(\d+)$")
-_LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]*)\}:(\d+)\s*$")
+# Patterns compiled on first use (re keeps them): the verification agent imports this module on every node.
+_PLACEMENT = r"^(\d+):(\d+)$"
+_LGIPP = r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]*)\}:(\d+)\s*$"
 
 
 def _table_rows(text):
@@ -29,7 +30,7 @@ def _table_rows(text):
 
 
 def _placement(token):
-    match = _PLACEMENT.match(token)
+    match = re.match(_PLACEMENT, token)
     if not match:
         raise ValueError("not a Start:Size placement: " + token)
     return int(match.group(1)), int(match.group(2))
@@ -91,7 +92,7 @@ def parse_lgipp(text):
     """Placements from ``nvidia-smi mig -lgipp``: ``{gpu: {profile_id: (starts, size)}}``."""
     out = {}
     for line in text.splitlines():
-        match = _LGIPP.match(line.strip())
+        match = re.match(_LGIPP, line.strip())
         if not match:
             continue
         starts = [int(s) for s in match.group(3).split(",") if s]

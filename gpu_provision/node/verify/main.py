@@ -11,12 +11,12 @@ child processes of this program (``probes``), started again through :func:`self_
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 import traceback
+from types import SimpleNamespace
 from typing import Any
 
 from . import AGENT_VERSION, cuda, registry
@@ -54,18 +54,40 @@ def verify(expect: dict[str, Any], state_only: bool = False) -> tuple[list[Check
     return found, host
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line arguments of the agent."""
-    parser = argparse.ArgumentParser(prog="gpu-verify", description="Verify this GPU node; print a JSON report.")
-    parser.add_argument("--expect", help="expectations JSON written by the controller")
-    parser.add_argument("--output", help="also write the report to this file")
-    parser.add_argument("--compact", action="store_true", help="print the report on one line (for pod logs)")
-    parser.add_argument("--state", action="store_true",
-                        help="only the checks of the node's state against the file: no CUDA, container or pod work")
-    parser.add_argument("--libcuda", default="libcuda.so.1", help=argparse.SUPPRESS)
-    parser.add_argument("--cuda-probe", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--peer-probe", action="store_true", help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+#: The agent's options: name -> (takes a value, default, help). A small parser of its own rather than argparse,
+#: whose import (gettext, locale and their patterns) cost each run on each node more than its checks of the files.
+OPTIONS: dict[str, tuple[bool, Any, str]] = {
+    "expect": (True, None, "expectations JSON written by the controller"),
+    "output": (True, None, "also write the report to this file"),
+    "compact": (False, False, "print the report on one line (for pod logs)"),
+    "state": (False, False, "only the checks of the node's state against the file: no CUDA, container or pod work"),
+    "libcuda": (True, "libcuda.so.1", ""),
+    "cuda-probe": (False, False, ""),
+    "peer-probe": (False, False, ""),
+}
+USAGE = ("usage: gpu-verify [--expect FILE] [--output FILE] [--compact] [--state]\n"
+         "Verify this GPU node; print a JSON report.\n"
+         + "".join(f"  --{name}{' FILE' if value else ''}: {text}\n" for name, (value, _, text) in OPTIONS.items()
+                   if text))
+
+
+def parse_args(argv: list[str] | None) -> SimpleNamespace:
+    """Command-line arguments of the agent (``--name VALUE`` or ``--name=VALUE``); usage and exit 2 on a word it
+    does not know, as argparse does, and exit 0 after ``-h``/``--help``."""
+    args = {name.replace("-", "_"): default for name, (_, default, _) in OPTIONS.items()}
+    words = list(sys.argv[1:] if argv is None else argv)
+    while words:
+        word = words.pop(0)
+        if word in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            raise SystemExit(0)
+        name, given, value = word[2:].partition("=") if word.startswith("--") else ("", "", "")
+        spec = OPTIONS.get(name)
+        if spec is None or (given and not spec[0]) or (spec[0] and not given and not words):
+            sys.stderr.write(f"{USAGE}gpu-verify: error: unrecognized or incomplete argument: {word}\n")
+            raise SystemExit(2)
+        args[name.replace("-", "_")] = (value if given else words.pop(0)) if spec[0] else True
+    return SimpleNamespace(**args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(exc).__name__}: {exc}"
         host = dict(host, traceback=traceback.format_exc(limit=5))
     report = build_report(node, AGENT_VERSION, started, time.perf_counter() - clock, host, found, error)
-    text = json.dumps(report, indent=1)
+    # The indented form only where it is read: json's C encoder does not indent, and the Python one costs a
+    # compact run (every fleet check) more than its checks of the node's state.
+    text = json.dumps(report, indent=1) if args.output or not args.compact else ""
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write(text + "\n")

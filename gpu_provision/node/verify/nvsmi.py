@@ -121,19 +121,20 @@ def parse_query_xml(text: str) -> dict[str, Any]:
     }
 
 
-_L_GPU = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)")
-_L_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)")
+# Patterns compiled on first use (re keeps them): a node without MIG never reads these outputs.
+_L_GPU = r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)"
+_L_MIG = r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)"
 
 
 def parse_list(text: str) -> list[dict[str, Any]]:
     """Parse ``nvidia-smi -L``: one dict per GPU with its MIG devices ``[{profile, device, uuid}]``."""
     gpus: list[dict[str, Any]] = []
     for line in text.splitlines():
-        gpu = _L_GPU.match(line)
+        gpu = re.match(_L_GPU, line)
         if gpu:
             gpus.append({"index": int(gpu.group(1)), "name": gpu.group(2), "uuid": gpu.group(3), "mig": []})
             continue
-        mig = _L_MIG.match(line)
+        mig = re.match(_L_MIG, line)
         if mig and gpus:
             gpus[-1]["mig"].append({"profile": mig.group(1), "device": int(mig.group(2)), "uuid": mig.group(3)})
     return gpus
@@ -157,8 +158,8 @@ def parse_link_query(text: str) -> dict[int, tuple[int | None, int | None]]:
     return result
 
 
-_NVLINK_GPU = re.compile(r"^GPU (\d+): ")
-_NVLINK_LINK = re.compile(r"^\s+Link (\d+): ([\d.]+) GB/s")
+_NVLINK_GPU = r"^GPU (\d+): "
+_NVLINK_LINK = r"^\s+Link (\d+): ([\d.]+) GB/s"
 
 
 def parse_nvlink_status(text: str) -> dict[int, list[float]]:
@@ -166,12 +167,12 @@ def parse_nvlink_status(text: str) -> dict[int, list[float]]:
     links: dict[int, list[float]] = {}
     current: int | None = None
     for line in text.splitlines():
-        gpu = _NVLINK_GPU.match(line)
+        gpu = re.match(_NVLINK_GPU, line)
         if gpu:
             current = int(gpu.group(1))
             links[current] = []
             continue
-        link = _NVLINK_LINK.match(line)
+        link = re.match(_NVLINK_LINK, line)
         if link and current is not None:
             links[current].append(float(link.group(2)))
     return links
