@@ -57,12 +57,18 @@ def hide(text: str, secrets: Iterable[str]) -> str:
     return redact(hide_literal(text, secrets))
 
 
-def shorten(command: str) -> str:
-    """``command``'s first line, cut to :data:`COMMAND_CHARS` characters."""
-    first = command.strip().split("\n", 1)[0]
-    if first != command.strip() or len(first) > COMMAND_CHARS:
-        return first[:COMMAND_CHARS].rstrip() + "..."
-    return first
+def shorten(command: str, secrets: Iterable[str] = ()) -> str:
+    """``command``'s first line with its secrets hidden (:func:`hide`), cut to :data:`COMMAND_CHARS` characters.
+
+    Only the first line is shown, so only it is searched: the redaction's patterns match within a line (a JSON
+    string holds no line break), and a command's later lines can be long (the verification agent's carries its
+    expectations as a few kilobytes of base64, where the patterns cost milliseconds per host and run)."""
+    whole = command.strip()
+    first = whole.split("\n", 1)[0]
+    shown = hide(first, secrets)
+    if first != whole or len(shown) > COMMAND_CHARS:
+        return shown[:COMMAND_CHARS].rstrip() + "..."
+    return shown
 
 
 @dataclass(frozen=True)
@@ -113,5 +119,5 @@ def outcome(command: str, ok: bool, stdout: Sequence[str], stderr: Sequence[str]
         status = 0
     printed = [line for line in [*stdout, *stderr] if line.strip()]
     tail = tuple(hide(line.strip(), secrets) for line in printed[-TAIL_LINES:])
-    return HostCommand(ok, status, shorten(hide(command, secrets)), "\n".join(stdout), "\n".join(stderr), tail,
+    return HostCommand(ok, status, shorten(command, secrets), "\n".join(stdout), "\n".join(stderr), tail,
                        None if error is None else hide(error, secrets))

@@ -125,3 +125,12 @@ def test_a_failed_deploy_names_the_operation_and_how_its_command_failed() -> Non
 
     (result,) = run_fleet(Inventory((["@local"], {})), work, FleetSettings()).hosts
     assert result.value == (False, "Break on purpose", "echo broken >&2; exit 9 exited 9: broken")
+
+
+def test_the_command_shown_is_its_first_line_with_secrets_hidden_before_the_cut() -> None:
+    # The token starts before the 80th character and ends after it: hidden first, then cut, so no part of it shows.
+    command = "x" * 70 + f" --token {TOKEN} --more\n" + "QUJD" * 2000 + "\npassword=later"
+    shown = hostcommand.shorten(command, ["unused"])
+    assert shown == ("x" * 70 + " --token ***")[:hostcommand.COMMAND_CHARS].rstrip() + "..."
+    assert TOKEN[:4] not in shown and "QUJD" not in shown
+    assert hostcommand.shorten("echo s3cr3t", ["s3cr3t"]) == "echo ***"
