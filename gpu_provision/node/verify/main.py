@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import time
-import traceback
 from types import SimpleNamespace
 from typing import Any
 
@@ -112,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         found, host = verify(expect, args.state)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
+        import traceback  # here: only a run that ends in an exception formats one
+
         host = dict(host, traceback=traceback.format_exc(limit=5))
     report = build_report(node, AGENT_VERSION, started, time.perf_counter() - clock, host, found, error)
     # The indented form only where it is read: json's C encoder does not indent, and the Python one costs a

@@ -10,7 +10,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 from typing import Any
@@ -49,10 +48,6 @@ class Smi:
 
     def __init__(self, binary: str = "nvidia-smi"):
         self.binary = binary
-
-    def available(self) -> bool:
-        """True when the binary can be found."""
-        return os.path.isabs(self.binary) and os.access(self.binary, os.X_OK) or shutil.which(self.binary) is not None
 
     def text(self, *args: str, timeout: float = 60.0) -> tuple[str | None, str | None]:
         """Return ``(stdout, None)`` on success or ``(None, reason)``."""

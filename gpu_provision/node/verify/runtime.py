@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import tempfile
 import time
 from typing import Any
 
@@ -70,6 +69,8 @@ def kubectl(config: str, *args: str, stdin: str | None = None, timeout: float = 
     argv = ["kubectl", "--kubeconfig", config, *args]
     if stdin is None:
         return run(argv, timeout=timeout)
+    import tempfile  # here: the pod and container checks alone write one, and the import costs every run
+
     with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
         handle.write(stdin)
         handle.flush()
