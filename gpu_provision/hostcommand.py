@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpu_provision.node.redact import HIDDEN, redact
@@ -77,7 +78,9 @@ class HostCommand:
 
     ``stdout`` and ``stderr`` are what it printed (the sudo password hidden), for the caller to parse; ``command``,
     ``tail`` and ``failure`` are for messages and have every secret hidden. ``exit_status`` is None when no status
-    came back (``error`` then says why, when the connection or the timeout ended the command).
+    came back (``error`` then says why, when the connection or the timeout ended the command). The tail is hidden
+    when first asked for: most commands succeed and are never told, and a long last line (the verification agent's
+    report) made the redaction a millisecond or more per host and run.
     """
 
     ok: bool
@@ -85,8 +88,16 @@ class HostCommand:
     command: str
     stdout: str
     stderr: str
-    tail: tuple[str, ...]
+    #: The last lines printed, as printed (kept out of the repr); :attr:`tail` is what messages show of them.
+    printed_tail: tuple[str, ...] = field(repr=False)
     error: str | None = None
+    #: Literal values hidden besides the redaction's patterns (kept out of the repr).
+    secrets: tuple[str, ...] = field(default=(), repr=False)
+
+    @cached_property
+    def tail(self) -> tuple[str, ...]:
+        """The last lines printed (at most :data:`TAIL_LINES`, stripped) with every secret hidden."""
+        return tuple(hide(line, self.secrets) for line in self.printed_tail)
 
     @property
     def stdout_lines(self) -> list[str]:
@@ -118,6 +129,6 @@ def outcome(command: str, ok: bool, stdout: Sequence[str], stderr: Sequence[str]
     if status is None and ok and error is None:
         status = 0
     printed = [line for line in [*stdout, *stderr] if line.strip()]
-    tail = tuple(hide(line.strip(), secrets) for line in printed[-TAIL_LINES:])
+    tail = tuple(line.strip() for line in printed[-TAIL_LINES:])
     return HostCommand(ok, status, shorten(command, secrets), "\n".join(stdout), "\n".join(stderr), tail,
-                       None if error is None else hide(error, secrets))
+                       None if error is None else hide(error, secrets), secrets)

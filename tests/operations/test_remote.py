@@ -62,7 +62,7 @@ def test_the_tail_is_the_last_lines_and_long_commands_are_shortened() -> None:
 def test_the_sudo_password_never_appears() -> None:
     host = ShellHost({"_sudo": True, "_sudo_password": "hunter2"})
     ran = run_on_host(host, "echo hunter2; echo 'sudo: hunter2 is wrong' >&2; exit 1")
-    assert "hunter2" not in ran.stdout + ran.stderr + ran.failure + ran.command
+    assert "hunter2" not in ran.stdout + ran.stderr + ran.failure + ran.command + repr(ran)
     assert ran.failure.endswith("exited 1: *** / sudo: *** is wrong")
     assert host.calls[0][1]["_sudo_password"] == "hunter2"  # it still reaches the connector
 
