@@ -12,13 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from pyinfra import logger
-from pyinfra.api import operation
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.context import ctx_host
-from pyinfra.operations import server
 
 from gpu_provision.facts.state import invalidate, node_state
 from gpu_provision.operations import atomic
+from gpu_provision.operations.reboot import reboot_and_wait
+from gpu_provision.operations.remote import run_on_host
 from gpu_provision.spec.settings import default
 from gpu_provision.state import NodeStateData, Request
 
@@ -147,6 +148,17 @@ def guarded(command: str | Callable[[NodeStateData], str], needed: Callable[[Nod
     yield command(state) if callable(command) else command
 
 
+def _reboot_now(state: Any, host: Any, reason: str) -> bool:
+    """Reboot ``host`` for ``reason`` and wait until it is back and booted (:mod:`gpu_provision.operations.reboot`);
+    a node that does not come back fails with the reason."""
+    failed = reboot_and_wait(host, reason, lambda command: run_on_host(host, command))
+    if failed:
+        host.log_styled(failed, fg="red", log_func=logger.error)
+        return False
+    host.log_styled(f"rebooted ({reason}) and back", log_func=logger.info)
+    return True
+
+
 @operation()
 def reboot_when(needed: Callable[[NodeStateData], str | None], request: Request, allowed: bool,
                 marker: str = REBOOT_MARKER):
@@ -173,7 +185,7 @@ def reboot_when(needed: Callable[[NodeStateData], str | None], request: Request,
         return
     if allowed:
         mark_changed(target)
-        yield from server.reboot._inner(delay=10, interval=2, reboot_timeout=900)
+        yield FunctionCommand(_reboot_now, (reason,), {})
         return
     target.log_styled(f"reboot required: {reason} (driver.reboot is not 'allowed')", fg="yellow",
                       log_func=logger.warning)

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import threading
 import time
@@ -31,6 +30,7 @@ from gpu_provision.errors import GpuProvisionError
 from gpu_provision.fleet import FleetSettings, Reached, load_inventory, run_fleet
 from gpu_provision.node.mig.holders import MODE_HOLDERS, holding, start_again_command, states_command
 from gpu_provision.operations.commands import connector_arguments
+from gpu_provision.operations.reboot import reboot_and_wait
 from gpu_provision.operations.remote import HostCommand, run_on_host
 from gpu_provision.rollout.containers import LIST_COMMAND, Container, parse_listing
 from gpu_provision.rollout.engine import Mode, NodeOps, Outcome, Policy, Report, RolloutNode, RolloutRun
@@ -228,40 +228,10 @@ class RemoteNode:
         return str(report.get("error") or f"status {report.get('status')}")
 
 
-#: Written to /run (a tmpfs, empty after every boot) before a reboot: its absence shows the node rebooted.
-BOOT_MARK = "/run/gpu-provision/rollout-boot"
-REBOOT_TIMEOUT_S = 900.0
-
-
 def reboot(reached: Reached, why: str) -> str | None:
-    """Reboot a reached node and wait until it is back and booted; None when it is, else why not.
-
-    A mark in ``/run`` tells the boots apart (pyinfra's own reboot compares uptimes, which a container shares
-    with its host); the node's own ``systemctl is-system-running --wait`` says when its boot is over.
-    """
-    host = reached.host
-    token = os.urandom(8).hex()
-    ran = _run(reached, f"mkdir -p {BOOT_MARK.rsplit('/', 1)[0]} && echo {token} > {BOOT_MARK} && "
-                               "( sleep 1 && systemctl reboot ) </dev/null >/dev/null 2>&1 &")
-    if not ran.ok:
-        return f"cannot reboot ({why}): {ran.failure}"
-    time.sleep(5)
-    host.disconnect()
-    deadline = time.monotonic() + REBOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        time.sleep(2)
-        try:
-            host.connect(show_errors=False)
-        except Exception:  # not back yet
-            continue
-        if not host.connected:
-            continue
-        ran = _run(reached, f"cat {BOOT_MARK} 2>/dev/null || true")
-        if ran.ok and token not in ran.stdout:
-            _run(reached, "timeout 300 systemctl is-system-running --wait >/dev/null 2>&1 || true")
-            return None
-        host.disconnect()
-    return f"rebooted ({why}) but not back within {REBOOT_TIMEOUT_S:.0f}s"
+    """Reboot a reached node and wait until it is back and booted; None when it is, else why not
+    (:func:`gpu_provision.operations.reboot.reboot_and_wait`, the deploy's own reboot)."""
+    return reboot_and_wait(reached.host, why, lambda command: _run(reached, command))
 
 
 def control_plane_of(cluster: Cluster, inventory: Inventory) -> str | None:

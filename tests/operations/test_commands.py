@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fakehost import FakeHost, run_op
 
+from gpu_provision.hostcommand import HostCommand, outcome
 from gpu_provision.operations import commands, files
+from gpu_provision.operations.reboot import BOOT_MARK, reboot_and_wait
 from gpu_provision.state import Request
 
 MARKER = commands.REBOOT_MARKER
@@ -36,12 +38,56 @@ def test_reboot_not_allowed_writes_the_marker_once_and_warns() -> None:
     assert flagged.logged and flagged.noops == [f"reboot already flagged in {MARKER}"]
 
 
-def test_reboot_allowed_reboots_and_waits() -> None:
+def test_reboot_allowed_reboots_and_waits_through_the_boot_mark() -> None:
     out = run_op(commands.reboot_when, LoggingHost({"files": {}}), _needs("driver 580.126.09 is loaded"), Request(),
                  True)
-    assert out == [["call", "remove_any_askpass_file"], ["call", "capture_uptime"],
-                   "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", ["call", "wait_and_reconnect"],
-                   ["call", "clean_sudo_info"]]
+    assert out == [["call", "_reboot_now"]]
+
+
+class BootingHost:
+    """A host that reboots when told to: its /run is emptied, and it answers again after ``down`` connect tries."""
+
+    def __init__(self, down: int = 2, come_back: bool = True):
+        self.run_dir: dict[str, str] = {}
+        self.down, self.come_back = down, come_back
+        self.connected = True
+        self.connector_data: dict[str, object] = {}
+        self.commands: list[str] = []
+        self.connects = 0
+
+    def run(self, command: str) -> HostCommand:
+        self.commands.append(command)
+        if "systemctl reboot" in command:
+            self.run_dir[BOOT_MARK] = command.split("echo ", 1)[1].split(" ", 1)[0]
+            if self.come_back:  # the reboot empties /run
+                self.run_dir.clear()
+        out = self.run_dir.get(BOOT_MARK, "") if command.startswith("cat ") else ""
+        return outcome(command, True, [out], [])
+
+    def disconnect(self) -> None:
+        self.connected = False
+
+    def connect(self, show_errors: bool = True) -> None:
+        self.connects += 1
+        self.connected = self.connects > self.down
+
+
+def test_a_reboot_is_confirmed_by_the_boot_mark_gone_not_by_uptime() -> None:
+    host = BootingHost(down=2)
+    assert reboot_and_wait(host, "driver 580.126.09 is loaded", host.run, sleep=lambda s: None) is None
+    assert host.commands[0].startswith("mkdir -p /run/gpu-provision && echo ")
+    assert "systemctl reboot" in host.commands[0]
+    assert host.connects == 3 and host.commands[-2] == f"cat {BOOT_MARK} 2>/dev/null || true"
+    assert "is-system-running --wait" in host.commands[-1]
+
+
+def test_a_node_whose_mark_survives_is_not_back_and_the_wait_ends_with_the_reason() -> None:
+    host = BootingHost(down=0, come_back=False)  # answers at once, but never rebooted: the mark is still there
+    ticks = iter(range(0, 10_000, 100))
+    failed = reboot_and_wait(host, "nouveau is loaded", host.run, timeout=900, sleep=lambda s: None,
+                             clock=lambda: next(ticks))
+    assert failed == "rebooted (nouveau is loaded) but not back within 900s"
+    assert host.commands.count(f"cat {BOOT_MARK} 2>/dev/null || true") >= 8
 
 
 def test_no_reboot_needed() -> None:
