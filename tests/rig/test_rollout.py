@@ -14,7 +14,8 @@ included. What the stand-ins cannot prove is listed in
 2. MIG layout A → B with ``--max-unavailable 1`` and a PodDisruptionBudget that forbids evicting the first node's
    serving pod (the injected failure): that node fails and stays cordoned, the rollout stops, ``rollout status``
    shows it, a re-run skips it; once the budget is gone, ``--retry-failed`` resumes it first and rolls the rest.
-3. The rollback: driver 580.159.04 → 580.126.09 with a MIG change, rolled out as the upgrade was.
+3. The rollback: driver 580.159.04 → 580.126.09 with a MIG change, rolled out as the upgrade was; and a driver
+   taken down and up again on one node by plain pyinfra.
 4. A deploy step that fails on the node: the rollout's reason names the operation, the command, its exit status and
    the last lines it printed.
 """
@@ -94,8 +95,10 @@ class Site:
         self.cluster.write_text(json.dumps(cluster_doc(self.rig, self.nodes, driver, layout, wait_timeout),
                                            indent=1))
 
-    def pyinfra(self) -> subprocess.CompletedProcess[str]:
-        return self.bounded([sys.executable, "-m", "pyinfra", "-y", str(REPO / "inventory.py"),
+    def pyinfra(self, *limit: str) -> subprocess.CompletedProcess[str]:
+        """Plain ``pyinfra -y inventory.py deploys/gpu_node.py``, on the nodes named in ``limit`` alone if any."""
+        limits = [arg for name in limit for arg in ("--limit", name)]
+        return self.bounded([sys.executable, "-m", "pyinfra", "-y", *limits, str(REPO / "inventory.py"),
                              str(REPO / "deploys" / "gpu_node.py")])
 
     def bounded(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -409,6 +412,22 @@ def test_rollback_rolls_out_as_the_upgrade_did(site):
     for name, obj in site.nodes_json().items():
         if name != site.cp.name:
             assert obj["metadata"]["labels"][LABEL] == "upgrade-done" and not obj["spec"].get("unschedulable")
+
+
+def test_plain_pyinfra_takes_the_driver_down_and_up_again(site):
+    """Rollback without the rollout command: the file's other driver version through plain ``pyinfra inventory.py
+    deploys/gpu_node.py`` on one node, then the first one again. Each way the held packages change version and are
+    held again and the node's driver (after the deploy's reboot) reports the file's version; MIG is left as it is."""
+    g1 = site.gpus[0]
+    start = driver_of(site, g1)[0]
+    layout = A if placed(site.ssh, g1) == ["3g.71gb", "3g.71gb"] else B
+    before = placed(site.ssh, g1)
+    for version in (OLD if start == NEW else NEW, start):
+        site.write(version, layout)
+        run = site.pyinfra(g1.name)
+        assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
+        assert driver_of(site, g1) == (version, f"{version}-1", True)
+        assert placed(site.ssh, g1) == before
 
 
 def test_a_failing_step_says_which_command_failed_and_how(site):
