@@ -41,8 +41,10 @@ A_PLACED = ["2g.35gb@0:2", "1g.18gb@2:1", "1g.18gb@3:1", "3g.71gb@4:4"]
 B_PLACED = ["3g.71gb@0:4", "3g.71gb@4:4"]
 
 
-def cluster_doc(rig: Any, login: str, gpu0: dict[str, int] | None = None) -> dict[str, Any]:
-    """``inventory/rig.yaml`` on this module's nodes, logging in as ``login`` with the rig's key."""
+def cluster_doc(rig: Any, login: str, gpu0: dict[str, int] | None = None,
+                mig_driver: dict[str, str] | None = None) -> dict[str, Any]:
+    """``inventory/rig.yaml`` on this module's nodes, logging in as ``login`` with the rig's key; ``gpu0`` another
+    layout for the MIG node's GPU 0, ``mig_driver`` driver settings of the MIG node's own."""
     doc = yaml.safe_load((REPO / "inventory" / "rig.yaml").read_text())
     cluster = doc["cluster"]
     cluster["ssh"].update(user=login, key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts))
@@ -55,6 +57,8 @@ def cluster_doc(rig: Any, login: str, gpu0: dict[str, int] | None = None) -> dic
         node.update(name=rig_node.name, address=rig_node.ssh_address)
         if gpu0 is not None and rig_node is MIG:
             node["mig"]["gpus"]["0"]["layout"] = gpu0
+        if mig_driver is not None and rig_node is MIG:
+            node["driver"] = dict(mig_driver)
     return doc
 
 
@@ -70,9 +74,11 @@ class Site:
             (workdir / "group_data").mkdir(exist_ok=True)
             (workdir / "group_data" / "all.py").write_text(f"_sudo_password = {sudo_password!r}\n")
 
-    def write(self, gpu0: dict[str, int] | None = None) -> None:
-        """(Re)write the cluster file, optionally with another layout for the MIG node's GPU 0."""
-        self.cluster.write_text(yaml.safe_dump(cluster_doc(self.rig, self.login, gpu0), sort_keys=False))
+    def write(self, gpu0: dict[str, int] | None = None, mig_driver: dict[str, str] | None = None) -> None:
+        """(Re)write the cluster file, optionally with another layout for the MIG node's GPU 0 or driver settings
+        of the MIG node's own."""
+        self.cluster.write_text(yaml.safe_dump(cluster_doc(self.rig, self.login, gpu0, mig_driver),
+                                               sort_keys=False))
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "GPU_PROVISION_CLUSTER": str(self.cluster), "COLUMNS": "200"}
@@ -181,6 +187,23 @@ def test_mig_change_applied_and_kept_across_a_reboot(site, rig, as_root):  # typ
             [], ["Create /dev/char links for NVIDIA devices"]), out[-8000:]
     finally:
         site.write()
+
+
+def test_a_driver_change_reboots_the_node_through_the_deploy(site, as_root):  # type: ignore[no-untyped-def]
+    """Another driver version on the MIG node with ``driver.reboot: allowed``: the deploy installs it, reboots the
+    node (through sudo for ``ops`` and ``opspw``), waits for the boot and carries on; the node then runs that
+    version. Then back to the file's own version, the same way."""
+    for version in ("580.126.09", "580.159.04"):
+        site.write(mig_driver={"version": version, "reboot": "allowed"})
+        boot = as_root(MIG, "cat /proc/sys/kernel/random/boot_id").stdout
+        change = site.pyinfra("--limit", MIG.name)
+        out = change.stdout + change.stderr
+        assert change.returncode == 0, out[-8000:]
+        assert "Reboot for the driver" in out and as_root(MIG, "cat /proc/sys/kernel/random/boot_id").stdout != boot
+        smi = as_root(MIG, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").stdout.split()
+        assert smi == [version, version]
+        assert as_root(MIG, "dpkg-query -W -f '${Version}' nvidia-driver").stdout == f"{version}-1"
+    site.write()
 
 
 def test_password_sudo_without_the_password_is_refused(rig, rig_nodes, tmp_path):  # type: ignore[no-untyped-def]
