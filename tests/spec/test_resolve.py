@@ -84,37 +84,27 @@ def test_nodes_of_one_group_share_their_parts_but_keep_their_own_name_address_an
     assert a.mig.planned and a.mig.planned == b.mig.planned
 
 
-def test_a_problem_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path) -> None:
-    path = _group_file(tmp_path, """\
-    gpus: {model: H200, count: 2}
-    mig: {gpus: {"5": {layout: {"3g.71gb": 2}}}}
-""", """\
-  - {name: a, address: 192.0.2.1, group: h200}
-  - {name: b, address: 192.0.2.2, group: h200}
-""")
+_NODES = "".join(f"  - {{name: {n}, address: 192.0.2.{i}, group: h200}}\n" for i, n in enumerate("abc", 1))
+
+
+@pytest.mark.parametrize(("group", "nodes", "problem"), [
+    # Found while building the nodes: a node with a problem is never shared, so each is built and reports it.
+    ('    gpus: {model: H200, count: 2}\n    mig: {gpus: {"5": {layout: {"3g.71gb": 2}}}}\n', 2,
+     "GPU index 5 does not exist"),
+    # Found by the check of meaning: building finds nothing, so b and c are copies of a; the check finds the branch
+    # too old on a, so it runs again on its copies, and each node's problem is reported (a copy of a clean node is
+    # not checked).
+    ("    gpus: {model: H200, count: 8}\n    driver: {branch: 470}\n", 3,
+     "driver branch 470 does not support H200"),
+])
+def test_a_problem_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path, group: str, nodes: int,
+                                                                            problem: str) -> None:
+    path = _group_file(tmp_path, group, "".join(_NODES.splitlines(keepends=True)[:nodes]))
     with pytest.raises(SpecError) as caught:
         load_cluster(path)
     located = [(p.path, p.message) for p in caught.value.problems]
-    assert len(located) == 2, located
-    assert all("GPU index 5 does not exist" in message for _, message in located)
-
-
-def test_a_problem_of_meaning_in_a_shared_group_setting_is_reported_on_every_node_of_it(tmp_path: Path) -> None:
-    # Building the nodes finds nothing, so b and c are copies of a; the check of meaning finds the branch too old on
-    # a, so it runs again on its copies, and each node's problem is reported (a copy of a clean node is not checked).
-    path = _group_file(tmp_path, """\
-    gpus: {model: H200, count: 8}
-    driver: {branch: 470}
-""", """\
-  - {name: a, address: 192.0.2.1, group: h200}
-  - {name: b, address: 192.0.2.2, group: h200}
-  - {name: c, address: 192.0.2.3, group: h200}
-""")
-    with pytest.raises(SpecError) as caught:
-        load_cluster(path)
-    located = [(p.line, p.message) for p in caught.value.problems]
-    assert len(located) == 3, located
-    assert all("driver branch 470 does not support H200" in message for _, message in located)
+    assert len(located) == nodes, located
+    assert all(problem in message for _, message in located)
 
 
 def test_a_copy_of_a_clean_node_is_recorded_against_the_node_it_copies(tmp_path: Path) -> None:
