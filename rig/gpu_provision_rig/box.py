@@ -78,8 +78,9 @@ DEFAULT_SUITE = "bookworm"
 #: default compressor, a recommendation minbase leaves out).
 KERNEL_PACKAGES: tuple[str, ...] = ("linux-image-amd64", "initramfs-tools", "udev", "zstd")
 BOX_PACKAGES: tuple[str, ...] = (*NODE_PACKAGES, *KERNEL_PACKAGES)
-#: The disk's virtual size: room for driver packages, headers and DKMS builds.
-DISK_GB = 8
+#: The disk's virtual size: room for driver packages, headers and DKMS builds, and the 10 GiB free on ``/`` that
+#: the product's preflight asks of a node (qcow2 and the ext4 inside are sparse: the box stays small).
+DISK_GB = 20
 #: Where the root partition starts (sector 2048, as fdisk aligns it).
 PARTITION_OFFSET = 1024 * 1024
 # Bump when _customize or the disk layout changes, so cached boxes are rebuilt.

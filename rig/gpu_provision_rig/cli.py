@@ -1,5 +1,5 @@
 """``gpu-provision-rig``: the local test rig of systemd-nspawn nodes (up, down, status, inventory, reset,
-vagrant-cluster) and the VM tier's box (box).
+vagrant-cluster), the VM tier's box (box) and what ``vagrant up --provider=libvirt`` needs here (libvirt up/down).
 
 Errors are :class:`~gpu_provision_rig.errors.RigError` or the product's, all of the one
 :class:`~gpu_provision.errors.GpuProvisionError` family: printed as one line (exit status 2), the traceback only
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from gpu_provision.errors import GpuProvisionError
 from gpu_provision_rig.box import DEFAULT_SUITE, SUITES, ensure_box
 from gpu_provision_rig.cluster import nodes_from_cluster
 from gpu_provision_rig.config import RigNode, numbered_nodes
+from gpu_provision_rig.libvirt import LibvirtRig, rig_cluster
 from gpu_provision_rig.lifecycle import Rig
 
 EXIT_USAGE = 2
@@ -62,6 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"Debian release (default {DEFAULT_SUITE}: Debian 12; trixie: Debian 13)")
     p.set_defaults(handler=box)
 
+    p = rsub.add_parser("libvirt", help="prepare (up) or undo (down) what `vagrant up --provider=libvirt` needs "
+                                         "here: libvirt daemons, an isolated network, loopback forwarders, the box")
+    lsub = p.add_subparsers(dest="libvirt_command", metavar="ACTION", required=True)
+    lp = lsub.add_parser("up", help="prepare; prints the Vagrantfile's settings as export lines (eval them)")
+    lp.add_argument("--nodes", type=int, default=2, help="VMs gpu-node1..gpu-nodeN to forward to (default 2)")
+    lp.add_argument("--suite", choices=sorted(SUITES), default=DEFAULT_SUITE,
+                    help=f"Debian release of the box (default {DEFAULT_SUITE})")
+    lp.set_defaults(handler=libvirt_up)
+    lp = lsub.add_parser("down", help="undo `libvirt up` (refused while VMs run: vagrant destroy -f first)")
+    lp.set_defaults(handler=libvirt_down)
+    lp = lsub.add_parser("cluster", help="cluster file from `vagrant ssh-config` output, with the rig's apt proxy")
+    lp.add_argument("ssh_config", help="file with `vagrant ssh-config` output")
+    lp.add_argument("-o", "--output", required=True, help="cluster file to write")
+    lp.add_argument("--user", default="vagrant", help="login user (default vagrant; root once its key is there)")
+    lp.set_defaults(handler=libvirt_cluster)
+
     vagrant.register(rsub)
     return parser
 
@@ -78,6 +96,31 @@ def box(args: argparse.Namespace) -> int:
     print(f"box: {built.box_file}")
     print(f"image: {built.image} (kernel {built.kernel})")
     print(f"add it: vagrant box add --name gpu-provision/{built.name} {built.box_file}")
+    return 0
+
+
+def libvirt_up(args: argparse.Namespace) -> int:
+    """Prepare libvirt for the project's Vagrantfile and print its settings as ``export`` lines."""
+    _setup_logging(args)
+    env = LibvirtRig(Rig().paths).up(args.nodes, args.suite)
+    for key, value in env.items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def libvirt_down(args: argparse.Namespace) -> int:
+    """Undo :func:`libvirt_up`."""
+    _setup_logging(args)
+    LibvirtRig(Rig().paths).down()
+    return 0
+
+
+def libvirt_cluster(args: argparse.Namespace) -> int:
+    """Write the cluster file for the VMs of ``vagrant ssh-config``."""
+    with open(args.ssh_config) as source:
+        text = rig_cluster(source.read(), args.user)
+    with open(args.output, "w") as out:
+        out.write(text)
     return 0
 
 

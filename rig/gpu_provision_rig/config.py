@@ -16,6 +16,8 @@ from pathlib import Path
 from gpu_provision_rig.errors import RigError
 
 SUBNET = "10.77.0.0/24"
+#: The isolated libvirt network of ``vagrant up`` on the rig (:mod:`gpu_provision_rig.libvirt`).
+LIBVIRT_SUBNET = "10.77.1.0/24"
 BRIDGE_ADDRESS = "10.77.0.1"
 BRIDGE_NAME = "gprig0"
 APT_PROXY_PORT = 3142

@@ -1,9 +1,10 @@
 """TCP forwarder from a loopback address to one rig node: the controller's only way to reach a node.
 
 Run as ``python -m gpu_provision_rig.forward LISTEN_ADDR:PORT TARGET_ADDR:PORT --node-pidfile FILE``. It refuses
-to listen on anything but 127.0.0.0/8 and to forward to anything outside the rig subnet. While the node process
-named by ``--node-pidfile`` is not running it closes every open connection and accepts new ones only to close them,
-so a client of a dead node sees the connection end at once instead of waiting on a silent peer.
+to listen on anything but 127.0.0.0/8 and to forward to anything outside the rig's two subnets
+(:data:`TARGET_SUBNETS`: the nspawn nodes' bridge and the VMs' isolated network). While the node process named by
+``--node-pidfile`` is not running it closes every open connection and accepts new ones only to close them, so a
+client of a dead node sees the connection end at once instead of waiting on a silent peer.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import logging
 import signal
 from pathlib import Path
 
-from gpu_provision_rig.config import SUBNET
+from gpu_provision_rig.config import LIBVIRT_SUBNET, SUBNET
 from gpu_provision_rig.procs import read_pid
 
 log = logging.getLogger("gpu_provision_rig.forward")
 
+#: The rig's bridge (nspawn nodes) and the isolated libvirt network of its VMs: nothing else is a target.
+TARGET_SUBNETS = (SUBNET, LIBVIRT_SUBNET)
 CHUNK = 65536
 LIVENESS_PERIOD_S = 0.3
 CONNECT_TIMEOUT_S = 10.0
@@ -103,13 +106,13 @@ def main(argv: list[str] | None = None) -> None:
     """Command-line entry of the forwarder daemon."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("listen", type=_endpoint, help="loopback ADDRESS:PORT to listen on")
-    parser.add_argument("target", type=_endpoint, help="node ADDRESS:PORT in the rig subnet")
+    parser.add_argument("target", type=_endpoint, help="node ADDRESS:PORT in one of the rig's subnets")
     parser.add_argument("--node-pidfile", type=Path, help="pid file of the node process to watch")
     args = parser.parse_args(argv)
     if not ipaddress.ip_address(args.listen[0]).is_loopback:
         parser.error(f"listen address {args.listen[0]} is not a loopback address")
-    if ipaddress.ip_address(args.target[0]) not in ipaddress.ip_network(SUBNET):
-        parser.error(f"target {args.target[0]} is outside the rig subnet {SUBNET}")
+    if not any(ipaddress.ip_address(args.target[0]) in ipaddress.ip_network(net) for net in TARGET_SUBNETS):
+        parser.error(f"target {args.target[0]} is outside the rig's subnets {', '.join(TARGET_SUBNETS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s forward %(message)s")
     asyncio.run(serve(args.listen, args.target, args.node_pidfile))
 

@@ -2,13 +2,16 @@
 
 ``python -m gpu_provision_rig.hostdeps`` prints them on one line, for ``apt-get install``;
 ``python -m gpu_provision_rig.hostdeps --no-recommends`` prints those installed without their recommended packages:
-the box builder's and the VM tier's (``vagrant`` recommends ``vagrant-libvirt`` and with it a libvirt daemon whose
-default network would NAT guests to the outside; the tier runs QEMU itself and starts no libvirt).
+the box builder's, the VM tier's and ``vagrant up``'s (libvirt's recommended packages would bring daemons and
+drivers nothing here uses; ``libvirt-daemon-system`` defines libvirt's NAT network ``default`` but, without systemd
+and without recommends, starts nothing: ``gpu-provision-rig libvirt up`` starts the daemons and only its own
+isolated network).
 """
 
 from __future__ import annotations
 
 from gpu_provision_rig.box import BOX_HOST_PACKAGES
+from gpu_provision_rig.libvirt import LIBVIRT_HOST_PACKAGES
 from gpu_provision_rig.mirror import MIRROR_HOST_PACKAGES
 from gpu_provision_rig.requirements import HOST_PACKAGES
 from gpu_provision_rig.vm import VM_HOST_PACKAGES
@@ -21,8 +24,9 @@ def host_packages() -> list[str]:
 
 
 def lean_packages() -> list[str]:
-    """The packages installed without recommends: the box builder's and the VM tier's."""
-    return sorted({*BOX_HOST_PACKAGES, *VM_HOST_PACKAGES} - {*HOST_PACKAGES, *MIRROR_HOST_PACKAGES})
+    """The packages installed without recommends: the box builder's, the VM tier's and ``vagrant up``'s."""
+    return sorted({*BOX_HOST_PACKAGES, *VM_HOST_PACKAGES, *LIBVIRT_HOST_PACKAGES}
+                  - {*HOST_PACKAGES, *MIRROR_HOST_PACKAGES})
 
 
 if __name__ == "__main__":

@@ -166,7 +166,7 @@ def test_forwarder_closes_connections_while_the_node_is_down():
 
 @pytest.mark.parametrize(("listen", "target", "message"), [
     ("10.77.0.1:22", "10.77.0.11:22", "is not a loopback address"),
-    ("127.0.10.1:22", "192.168.1.1:22", "is outside the rig subnet"),
+    ("127.0.10.1:22", "192.168.1.1:22", "is outside the rig's subnets"),
 ])
 def test_forwarder_refuses_addresses_outside_its_ranges(listen, target, message):
     proc = subprocess.run([sys.executable, "-m", "gpu_provision_rig.forward", listen, target], capture_output=True,

@@ -18,6 +18,8 @@ import yaml
 from gpu_provision.errors import GpuProvisionError
 from gpu_provision.spec import load_cluster
 from gpu_provision.vagrant import cluster_document, cluster_yaml, parse_ssh_config
+from gpu_provision_rig import libvirt
+from gpu_provision_rig.config import LIBVIRT_SUBNET
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -63,10 +65,38 @@ def test_vagrantfile_settings_from_environment():
 
 
 @needs_ruby
+def test_vagrantfile_takes_the_rigs_libvirt_settings():
+    """What ``gpu-provision-rig libvirt up`` prints: emulated CPU, the isolated network with each node's fixed MAC,
+    SSH on the node's loopback forwarder; nothing of it reaches the VirtualBox provider."""
+    calls = _vagrantfile_calls(GP_NODES="2", **libvirt.vagrant_env("debian12"))
+    assert {"path": "config.vm", "set": "box", "value": "gpu-provision/debian12"} in calls
+    node2 = {c["set"]: c["value"] for c in calls if c["path"] == "machine:gpu-node2.provider:libvirt" and "set" in c}
+    assert node2 == {
+        "cpus": 2, "memory": 6144, "machine_type": "q35", "driver": "qemu", "cpu_mode": "custom",
+        "cpu_model": "qemu64", "graphics_type": "none", "management_network_name": libvirt.NETWORK_NAME,
+        "management_network_address": LIBVIRT_SUBNET, "management_network_mode": "none",
+        "management_network_mac": libvirt.VagrantNode(2).mac}
+    ssh = {c["set"]: c["value"] for c in calls if c["path"] == "machine:gpu-node2.override:libvirt.ssh"}
+    assert ssh == {"host": libvirt.VagrantNode(2).ssh_address, "port": 22}
+
+
+@needs_ruby
+def test_vagrantfile_defaults_leave_libvirt_its_own_network_and_kvm():
+    calls = _vagrantfile_calls()
+    node1 = {c["set"]: c["value"] for c in calls if c["path"] == "machine:gpu-node1.provider:libvirt" and "set" in c}
+    assert (node1["driver"], node1["cpu_mode"], node1["memory"]) == ("kvm", "host-passthrough", 6144)
+    assert not [k for k in node1 if k.startswith("management_network")]
+    assert not [c for c in calls if c["path"].endswith("override:libvirt.ssh")]
+
+
+@needs_ruby
 @pytest.mark.parametrize(("env", "message"), [
     ({"GP_NODES": "two"}, 'GP_NODES="two" is not a whole number'),
     ({"GP_PCI": "gpu-node7=0000:3b:00.0"}, "GP_PCI names nodes that do not exist: gpu-node7"),
     ({"GP_PCI": "gpu-node1=3b:00.0"}, 'PCI bus id "3b:00.0" is not DDDD:BB:SS.F'),
+    ({"GP_LIBVIRT_DRIVER": "xen"}, 'GP_LIBVIRT_DRIVER="xen" is not kvm or qemu'),
+    ({"GP_LIBVIRT_NETWORK": "vagrant-libvirt"}, 'GP_LIBVIRT_NETWORK="vagrant-libvirt" is not NAME=ADDRESS/PREFIX'),
+    ({"GP_SSH_LOOPBACK": "10.0.0."}, 'GP_SSH_LOOPBACK="10.0.0." is not a loopback prefix'),
 ])
 def test_vagrantfile_rejects_bad_settings(env, message):
     proc = subprocess.run(["ruby", str(DATA / "vagrant_stub.rb"), str(REPO / "Vagrantfile")], capture_output=True,

@@ -1,17 +1,21 @@
-"""The VM tier's QEMU command line keeps the network rules (only loopback for the controller, only the rig's proxy
-and mirror for the guest), and the box builder's choices are refused or named clearly. No VM is started here: the
-tier itself is ``tests/rig/test_vm.py``."""
+"""The VM tier's QEMU command line and the isolated libvirt network of ``vagrant up`` keep the network rules (only
+loopback for the controller, only the rig's services for the guest), and the box builder's choices are refused or
+named clearly. No VM is started here: the tiers themselves are ``tests/rig/test_vm.py`` and
+``tests/rig/test_vagrant_up.py``."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
+import yaml
 
-from gpu_provision_rig import box, hostdeps
-from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS, MIRROR_PORT
+from gpu_provision.spec import load_cluster
+from gpu_provision_rig import box, forward, hostdeps, libvirt
+from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS, LIBVIRT_SUBNET, MIRROR_PORT, SUBNET
 from gpu_provision_rig.errors import RigError
 from gpu_provision_rig.vm import VmSpec, qemu_argv
 
@@ -62,7 +66,53 @@ def test_the_box_key_follows_its_recipe() -> None:
 
 
 def test_the_vm_tiers_host_packages_come_without_recommends() -> None:
-    """vagrant recommends vagrant-libvirt and with it a libvirt daemon whose default network NATs guests out."""
+    """libvirt's recommended packages bring daemons and drivers nothing here uses."""
     lean = hostdeps.lean_packages()
-    assert {"vagrant", "qemu-system-x86", "socat", "extlinux"} <= set(lean)
+    assert {"vagrant", "vagrant-libvirt", "libvirt-daemon-system", "dnsmasq-base", "qemu-system-x86", "socat",
+            "extlinux"} <= set(lean)
     assert not set(lean) & set(hostdeps.host_packages())
+
+
+def test_the_libvirt_network_is_isolated_with_fixed_leases_and_one_route_to_the_rig() -> None:
+    """No ``<forward>`` element (libvirt's isolated mode: no NAT, forwarding rejected), a lease per node MAC, and
+    DHCP's classless static route (option 121) to the rig's subnet only: no default route for the guests."""
+    root = ElementTree.fromstring(libvirt.network_xml(3))
+    assert root.find("forward") is None and root.findtext("name") == libvirt.NETWORK_NAME
+    assert root.find("ip").attrib == {"address": "10.77.1.1", "netmask": "255.255.255.0"}
+    hosts = [(h.get("mac"), h.get("ip")) for h in root.iter("host")]
+    assert hosts == [("52:54:00:77:01:01", "10.77.1.11"), ("52:54:00:77:01:02", "10.77.1.12"),
+                     ("52:54:00:77:01:03", "10.77.1.13")]
+    options = [o.get("value") for o in root.iter("{http://libvirt.org/schemas/network/dnsmasq/1.0}option")]
+    assert options == [f"dhcp-option=option:classless-static-route,{SUBNET},10.77.1.1"]
+
+
+@pytest.mark.parametrize("count", [0, libvirt.MAX_NODES + 1])
+def test_the_libvirt_network_refuses_node_counts_it_has_no_leases_for(count: int) -> None:
+    with pytest.raises(RigError, match=f"fixed leases for 1 to {libvirt.MAX_NODES} nodes"):
+        libvirt.nodes(count)
+
+
+def test_forwarders_reach_only_the_rigs_two_subnets() -> None:
+    """The VMs' network joins the nspawn nodes' bridge as a forwarding target; nothing else does."""
+    assert forward.TARGET_SUBNETS == (SUBNET, LIBVIRT_SUBNET)
+    for node in libvirt.nodes(libvirt.MAX_NODES):
+        assert ipaddress.ip_address(node.address) in ipaddress.ip_network(LIBVIRT_SUBNET)
+        assert ipaddress.ip_address(node.ssh_address).is_loopback
+    with pytest.raises(SystemExit):
+        forward.main(["127.0.13.1:22", "192.168.121.10:22"])
+
+
+def test_the_rig_cluster_file_names_the_apt_proxy_and_validates(tmp_path: Path) -> None:
+    """``libvirt cluster``: the product's file from ``vagrant ssh-config``, plus the rig's proxy and Debian's Docker;
+    a valid cluster file whose nodes are the Vagrant machines on their loopback forwarders."""
+    config = ("Host gpu-node1\n  HostName 127.0.13.1\n  User vagrant\n  Port 22\n  StrictHostKeyChecking no\n"
+              f"  IdentityFile {tmp_path}/machines/gpu-node1/libvirt/private_key\n")
+    path = tmp_path / "cluster.yaml"
+    path.write_text(libvirt.rig_cluster(config, user="root"))
+    cluster = load_cluster(path)
+    (node,) = cluster.nodes
+    assert (node.name, node.address, node.ssh.user) == ("gpu-node1", "127.0.13.1", "root")
+    doc = yaml.safe_load(path.read_text())
+    assert doc["cluster"]["mirrors"] == {"package_proxy": f"http://{BRIDGE_ADDRESS}:{APT_PROXY_PORT}/"}
+    assert doc["defaults"]["container_runtime"]["docker_source"] == "distro"
+    assert doc["cluster"]["kubernetes"] == {"enabled": False}
