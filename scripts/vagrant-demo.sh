@@ -7,6 +7,7 @@
 # GP_NODES (default 1) VMs; the first `vagrant up` takes about a minute per VM under emulation, a converge three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 rig=.venv/bin/gpu-provision-rig
 export GP_NODES=${GP_NODES:-1} VAGRANT_CHECKPOINT_DISABLE=1
 
@@ -18,13 +19,7 @@ if [ "${1:-}" = down ]; then
   "$rig" libvirt down
   exec "$rig" down
 fi
-if [ "$(id -u)" != 0 ]; then
-  echo "scripts/vagrant-demo.sh needs root: it starts libvirt and the rig's bridge" >&2
-  exit 2
-fi
-
-step() { printf '\n=== %s\n' "$*"; }
-timed() { local t0=$SECONDS; "$@"; local rc=$?; printf -- '--- %ss\n' $((SECONDS - t0)); return $rc; }
+needs_root scripts/vagrant-demo.sh "it starts libvirt and the rig's bridge"
 
 step "setup (virtual environment, Vagrant, vagrant-libvirt, QEMU)"
 timed bash scripts/setup-dev.sh
@@ -51,14 +46,6 @@ step "converge: pyinfra inventory.py deploys/gpu_node.py"
 timed .venv/bin/pyinfra -y inventory.py deploys/gpu_node.py
 
 step "converge again: nothing may change"
-log=$(mktemp)
-timed .venv/bin/pyinfra -y inventory.py deploys/gpu_node.py 2>&1 | tee "$log"
-changed=$(awk '/^--> Results:/ {on=1; next} on && /\|/ && $(NF-2) != "-" {print}' "$log")
-rm -f "$log"
-if [ -n "$changed" ]; then
-  printf 'second run changed something: not idempotent\n%s\n' "$changed" >&2
-  exit 1
-fi
-echo "second run: no operation changed anything"
+converge_again
 
 step "done; the VMs keep running (vagrant ssh gpu-node1; scripts/vagrant-demo.sh down removes them)"
