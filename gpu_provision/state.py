@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_provision.spec.vendordata import package_data
+
 
 @dataclass
 class Request:
@@ -40,6 +42,8 @@ class Request:
             out["accounts"] = {"groups": sorted(self.groups)}
         for section in self.sections - {"system"}:
             out.setdefault(section, {})
+        if "gpu" in self.sections:
+            out["gpu"] = {"nvlink5_bridge": _nvlink5_bridge()}
         return out
 
     def to_json(self) -> str:
@@ -50,6 +54,12 @@ class Request:
     def from_json(cls, text: str) -> Request:
         """Inverse of :meth:`to_json`."""
         return cls(**{k: set(v) for k, v in json.loads(text).items()})
+
+
+def _nvlink5_bridge() -> dict[str, str]:
+    """The vendor and VPD marker of an NVLink 5 board's management bridge (``packages.json``, with its source)."""
+    fact = package_data()["nvlink5_bridge"]
+    return {"vendor": fact["vendor"], "vpd_marker": fact["vpd_marker"]}
 
 
 @dataclass(frozen=True)

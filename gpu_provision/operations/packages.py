@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pyinfra.api import operation
@@ -28,14 +25,7 @@ APT_GET = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q -o Dpkg::Options::=--fo
 LOCK_TIMEOUT: int = default("packages.lock_timeout")
 
 
-PACKAGES_FILE = Path(__file__).resolve().parent.parent / "data" / "packages.json"
 RPM_FAMILY = ("rhel", "rocky", "almalinux", "centos")
-
-
-@cache
-def package_data() -> dict[str, Any]:
-    """``gpu_provision/data/packages.json``: package names per stage and OS family, with their sources."""
-    return dict(json.loads(PACKAGES_FILE.read_text()))
 
 
 def family(system: Mapping[str, Any]) -> str | None:

@@ -13,9 +13,9 @@ from pyinfra.api import operation
 from gpu_provision.desired import FileWant
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.operations.files import content_changes, plan, record_changed
-from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import keyfile
 from gpu_provision.spec.model import Repository
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.state import NodeStateData, Request
 
 KEYRING_DIR = "/etc/apt/keyrings"

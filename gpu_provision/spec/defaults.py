@@ -10,14 +10,14 @@ repository's signing key for that release or package format, from the same file)
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
+
+from gpu_provision.spec.vendordata import package_data
 
 #: The apt suite of a flat repository (NVIDIA's CUDA and toolkit repositories, pkgs.k8s.io).
 FLAT_SUITE = "/"
 
-_DATA = json.loads((Path(__file__).resolve().parent.parent / "data" / "packages.json").read_text())
+_DATA = package_data()
 
 #: Each repository's upstream location by ``cluster.mirrors`` name, from the data file's ``repositories`` (which
 #: names the source of each, dropped here: the value is the mirror's default as the cluster file would write it).

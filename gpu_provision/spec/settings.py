@@ -314,10 +314,12 @@ _node_props = {
                          "minimum": 0, "maximum": 9999,
                          "x-allowed": "a CUDA version such as '12.4'"},
             "fabric_manager": {"type": ["boolean", "string"], "enum": ["auto", True, False], "default": "auto",
-                               "description": "NVIDIA Fabric Manager with NSCQ, and NVLSM where the GPU model's data "
-                                              "file says its NVSwitch baseboards need it (fabric.nvlsm): 'auto' "
-                                              "installs them when the node's PCI bus has NVSwitches; true or false "
-                                              "forces it, and preflight stops a node whose bus says otherwise."},
+                               "description": "NVIDIA Fabric Manager with NSCQ, and NVLSM with infiniband-diags on "
+                                              "NVLink 5 boards (HGX B200, B300): 'auto' installs them when the "
+                                              "node's PCI bus has NVSwitches, or the ConnectX-7 bridges through "
+                                              "which NVLink 5 boards reach theirs (SW_MNG in their VPD); true or "
+                                              "false forces it, and preflight stops a node whose bus says "
+                                              "otherwise."},
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
             "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
                               "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "

@@ -10,23 +10,19 @@ files on a node are the ones its own ``nvidia-ctk`` would write. Every path, key
 
 from __future__ import annotations
 
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from gpu_provision.node.versions import at_least
 from gpu_provision.spec.model import Node
+from gpu_provision.spec.vendordata import package_data
 
-PACKAGES_FILE = Path(__file__).resolve().parent.parent / "data" / "packages.json"
 #: A toolkit release is its first three parts (``1.18.2-1`` is 1.18.2): the packaging revision does not change
 #: behaviour.
 RELEASE_PARTS = 3
 
 
-@cache
 def _toolkit() -> dict[str, Any]:
-    return dict(json.loads(PACKAGES_FILE.read_text())["toolkit"])
+    return dict(package_data()["toolkit"])
 
 
 def _facts(key: str) -> dict[str, Any]:

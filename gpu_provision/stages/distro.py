@@ -16,8 +16,9 @@ from typing import Any
 
 from gpu_provision.desired import FileWant
 from gpu_provision.operations import repos
-from gpu_provision.operations.packages import family, package_data
+from gpu_provision.operations.packages import family
 from gpu_provision.spec.model import Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.state import NodeStateData
 
 METHOD = "distro"

@@ -20,9 +20,10 @@ from gpu_provision.node.driver_version import module_version
 from gpu_provision.node.verify.checks import driver_matches
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import family, names, package_data
+from gpu_provision.operations.packages import family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import distro, fabric
 from gpu_provision.state import NodeStateData, Request
 

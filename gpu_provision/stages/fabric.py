@@ -2,20 +2,28 @@
 
 A model name does not say whether a node's GPUs sit on an NVSwitch baseboard: an H100 comes as HGX (NVSwitches)
 and as PCIe or NVL cards (none), and Fabric Manager cannot start without NVSwitches, so the driver stage's services
-would fail. The probe reports every NVIDIA PCI function with its class; an NVSwitch is the class
-``packages.json`` names (``nvswitch_pci``, from NVIDIA's NVSwitch driver). ``driver.fabric_manager`` decides:
-``auto`` follows the bus, ``true``/``false`` force it, and preflight names a forced value the bus contradicts
-before anything is installed. NVLSM comes with Fabric Manager where the model's data file says its NVSwitch
-baseboards need it (``fabric.nvlsm``: NVLink 5 HGX boards).
+would fail. The board says it, in one of two ways (``packages.json``, each with its source):
+
+* up to the third NVSwitch generation (HGX A100, H100, H200), NVSwitches are PCI functions of the host: NVIDIA
+  functions of the class ``nvswitch_pci`` names, which the probe reports with every NVIDIA function;
+* fourth generation NVSwitches (NVLink 5: HGX B200, B300) are not PCI devices of the host. Fabric Manager and the
+  NVLink Subnet Manager (NVLSM) reach them through a ConnectX-7 bridge whose functions carry a marker in their VPD
+  (``nvlink5_bridge``); the probe reports those functions. Such a board needs NVLSM beside Fabric Manager.
+
+``driver.fabric_manager`` decides: ``auto`` follows the bus, ``true``/``false`` force it, and preflight names a
+forced value the bus contradicts before anything is installed. NVLSM comes with Fabric Manager where the bus has
+NVLink 5 bridges; preflight also names a model whose data file says its baseboards have them (``fabric.nvlsm``)
+on a node that shows none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_provision.operations.packages import names, package_data
+from gpu_provision.operations.packages import names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.state import NodeStateData
 
 SETTING = "driver.fabric_manager"
@@ -38,19 +46,24 @@ def nvswitches(state: NodeStateData) -> list[str]:
             if str(dev.get("class", "")).lower() == fact["class"]]
 
 
+def nvlink5_bridges(state: NodeStateData) -> list[str]:
+    """The PCI addresses of the NVLink 5 management bridges (``nvlink5_bridge``) the gpu section found."""
+    return [str(dev.get("address")) for dev in state.section("gpu").get("nvlink5_bridges") or []]
+
+
 def wanted(node: Node, state: NodeStateData) -> bool:
-    """Fabric Manager wanted: as ``driver.fabric_manager`` forces it, else (``auto``) when the bus has NVSwitches."""
+    """Fabric Manager wanted: as ``driver.fabric_manager`` forces it, else (``auto``) when the bus has NVSwitches
+    or NVLink 5 bridges to them."""
     forced = node.driver.fabric_manager
     if isinstance(forced, bool):
         return forced
-    return bool(nvswitches(state))
+    return bool(nvswitches(state) or nvlink5_bridges(state))
 
 
 def decide(node: Node, state: NodeStateData) -> Fabric:
-    """Fabric Manager (with NSCQ) and NVLSM for ``node``; NVLSM only with Fabric Manager and a model that needs it."""
+    """Fabric Manager (with NSCQ) and NVLSM for ``node``; NVLSM only with Fabric Manager on an NVLink 5 board."""
     fm = wanted(node, state)
-    model = gpus.model(node.gpus.model) if node.gpus.model else None
-    return Fabric(fabric_manager=fm, nvlsm=fm and bool(model and model.nvlsm))
+    return Fabric(fabric_manager=fm, nvlsm=fm and bool(nvlink5_bridges(state)))
 
 
 def mismatch(node: Node, state: NodeStateData) -> str | None:
@@ -58,15 +71,29 @@ def mismatch(node: Node, state: NodeStateData) -> str | None:
     forced = node.driver.fabric_manager
     if not isinstance(forced, bool):
         return None
-    found = nvswitches(state)
-    fact = package_data()["nvswitch_pci"]
+    found = nvswitches(state) + nvlink5_bridges(state)
+    switch, bridge = package_data()["nvswitch_pci"], package_data()["nvlink5_bridge"]
     if forced and not found:
-        return (f"{SETTING} is true but the node has no NVSwitch (no PCI function of vendor {fact['vendor']} and "
-                f"class {fact['class']}): Fabric Manager cannot start without one; set it to auto or false")
+        return (f"{SETTING} is true but the node has no NVSwitch (no PCI function of vendor {switch['vendor']} and "
+                f"class {switch['class']}, and no NVLink 5 bridge: no function of vendor {bridge['vendor']} with "
+                f"{bridge['vpd_marker']} in its VPD): Fabric Manager cannot start without one; set it to auto or false")
     if not forced and found:
-        return (f"{SETTING} is false but the node has {len(found)} NVSwitch(es) ({', '.join(found)}): their GPUs "
-                "stay unusable for CUDA without Fabric Manager; set it to auto or true")
+        return (f"{SETTING} is false but the node has {len(found)} NVSwitch(es) or NVLink 5 bridge(s) "
+                f"({', '.join(found)}): their GPUs stay unusable for CUDA without Fabric Manager; set it to auto or "
+                "true")
     return None
+
+
+def model_mismatch(node: Node, state: NodeStateData) -> str | None:
+    """Why the node's bus contradicts its model's data file (``fabric.nvlsm``: NVLink 5 HGX baseboards), when Fabric
+    Manager is wanted there: the file may name the wrong model, or the board's bridges are hidden from the host."""
+    model = gpus.model(node.gpus.model) if node.gpus.model else None
+    if model is None or not model.nvlsm or not wanted(node, state) or nvlink5_bridges(state):
+        return None
+    bridge = package_data()["nvlink5_bridge"]
+    return (f"the file says {node.gpus.model}, whose HGX baseboards reach their NVSwitches through NVLink 5 bridges, "
+            f"but the node shows none (no PCI function of vendor {bridge['vendor']} with {bridge['vpd_marker']} in "
+            "its VPD): NVLSM is left out, and Fabric Manager cannot route such a board without it")
 
 
 def package_names(node: Node, fam: str, fabric: Fabric) -> tuple[list[str], list[str]]:

@@ -30,8 +30,8 @@ from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.kubernetes import labels, membership, prerequisites
 from gpu_provision.operations.kubernetes import manifests as manifest_ops
 from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
-from gpu_provision.operations.packages import package_data
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "kubernetes"

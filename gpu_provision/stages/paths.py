@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from gpu_provision.desired import FileWant, PackageWant, Want
 from gpu_provision.operations import packages
-from gpu_provision.operations.packages import package_data
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import distro, driver, kubernetes, runtime, toolkit
 from gpu_provision.state import NodeStateData
 

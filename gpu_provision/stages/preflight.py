@@ -20,9 +20,10 @@ from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.node.versions import minor
 from gpu_provision.operations import commands
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import family, names, package_data
+from gpu_provision.operations.packages import family, names
 from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import distro, driver, fabric
 from gpu_provision.state import NodeStateData, Request
 
@@ -147,8 +148,14 @@ def _fabric_findings(node: Node, state: NodeStateData) -> list[Finding]:
     NVSwitch GPUs would stay unusable (:mod:`gpu_provision.stages.fabric`)."""
     if not driver.managed(node):
         return []
+    out = []
     reason = fabric.mismatch(node, state)
-    return [Finding("fabric-manager", reason)] if reason else []
+    if reason:
+        out.append(Finding("fabric-manager", reason))
+    model = fabric.model_mismatch(node, state)
+    if model:
+        out.append(Finding("fabric-manager", model, fatal=False))
+    return out
 
 
 def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:

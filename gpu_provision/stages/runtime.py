@@ -21,9 +21,9 @@ from gpu_provision.desired import FileWant, PackageWant, UnitWant, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import toolkit as toolkit_mode
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "runtime"

@@ -25,9 +25,9 @@ from gpu_provision.desired import Difference, FileWant, PackageWant, UnitWant, W
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.operations import commands, files, packages, repos, services
 from gpu_provision.operations.commands import current_state
-from gpu_provision.operations.packages import package_data
 from gpu_provision.spec import toolkit as toolkit_mode
 from gpu_provision.spec.model import Cluster, Node
+from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import driver, nvidia_dropin, runtime
 from gpu_provision.stages.runtime import CONTAINERD_CONFIG, CONTAINERD_UNIT, DAEMON_JSON
 from gpu_provision.state import NodeStateData, Request

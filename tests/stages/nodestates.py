@@ -33,10 +33,16 @@ def nvswitch_pci(count: int) -> list[dict[str, Any]]:
             for i in range(count)]
 
 
+def nvlink5_bridges(count: int) -> list[dict[str, Any]]:
+    """``count`` NVLink 5 management bridges (ConnectX-7 functions with SW_MNG in their VPD) as the gpu section
+    reports them: an HGX B200 or B300 board, whose NVSwitches are not PCI functions of the host."""
+    return [{"address": f"0000:{0xa0 + i:02x}:00.1", "vendor": "0x15b3", "device": "0x1021"} for i in range(count)]
+
+
 def fresh(os_key: str, gpus: int = 0, device: str = "0x2335", secure_boot: str = "disabled",
-          modules: tuple[str, ...] = (), nvswitches: int = 0) -> dict[str, Any]:
-    """A node as installed: no NVIDIA software, headers for its kernels, ``gpus`` GPUs and ``nvswitches``
-    NVSwitches on the PCI bus."""
+          modules: tuple[str, ...] = (), nvswitches: int = 0, bridges: int = 0) -> dict[str, Any]:
+    """A node as installed: no NVIDIA software, headers for its kernels, ``gpus`` GPUs, ``nvswitches``
+    NVSwitches on the PCI bus and ``bridges`` NVLink 5 management bridges."""
     system = dict(SYSTEMS[os_key])
     kernels = {system["kernel"], system["kernel_pending"]}
     system.update(secure_boot=secure_boot, mem_total_kib=512 * 1024 * 1024, disk_free_bytes=200 * 1024**3,
@@ -48,7 +54,7 @@ def fresh(os_key: str, gpus: int = 0, device: str = "0x2335", secure_boot: str =
         "services": {},
         "accounts": {},
         "gpu": {"smi_rc": None, "gpus": [], "pci": nvswitch_pci(nvswitches) + h200_pci(gpus, device), "devices": {},
-                "driver_version_line": None},
+                "nvlink5_bridges": nvlink5_bridges(bridges), "driver_version_line": None},
         "runtime": {"nvidia_ctk_version": None, "containerd_version": None, "docker_version": None,
                     "cdi_spec_mtime": None, "cdi_run_spec_mtime": None, "driver_installed_at": None,
                     "precompiled_modules": [], "headers_available": [], "dev_char_missing": []},

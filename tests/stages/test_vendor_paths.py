@@ -368,8 +368,8 @@ KUBERNETES_END_OF_LIFE = {"1.31": "2025-10-28", "1.32": "2026-02-28", "1.33": "2
 
 
 def test_kubernetes_minors_are_those_upstream_supports_and_the_default_is_one_of_them() -> None:
-    from gpu_provision.operations.packages import package_data
     from gpu_provision.spec.defaults import KUBERNETES_MINORS, KUBERNETES_VERSION
+    from gpu_provision.spec.vendordata import package_data
 
     supported = [m for m, end in KUBERNETES_END_OF_LIFE.items() if end > KUBERNETES_AS_OF]
     assert list(KUBERNETES_MINORS) == supported

@@ -32,6 +32,33 @@ def pci(sysfs_root="/sys"):
     return out
 
 
+#: At most this much of a function's VPD is read: the marker sits in its read-only section, near the start.
+VPD_READ_BYTES = 4096
+
+
+def vpd_functions(vendor, marker, sysfs_root="/sys"):
+    """The PCI functions of ``vendor`` whose VPD (``/sys/bus/pci/devices/<BDF>/vpd``, provided by the kernel's PCI
+    core whatever driver is bound, readable by root) holds ``marker``: on NVLink 5 boards, the ConnectX-7 bridge
+    functions through which Fabric Manager and NVLSM reach NVSwitches that are not PCI devices of the host. The
+    controller names vendor and marker (its data file, with their source)."""
+    out = []
+    want = marker.encode("ascii")
+    for path in sorted(glob.glob(os.path.join(sysfs_root, "bus", "pci", "devices", "*"))):
+        try:
+            with open(os.path.join(path, "vendor")) as f:
+                if f.read().strip() != vendor:
+                    continue
+            with open(os.path.join(path, "device")) as f:
+                device = f.read().strip()
+            with open(os.path.join(path, "vpd"), "rb") as f:
+                vpd = f.read(VPD_READ_BYTES)
+        except OSError:
+            continue
+        if want in vpd:
+            out.append({"address": os.path.basename(path), "vendor": vendor, "device": device})
+    return out
+
+
 def _devices():
     out = {}
     for path in sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/nvidia-caps/*")):
@@ -46,7 +73,8 @@ def _devices():
 
 
 def collect(request):
-    """Read GPUs; ``request`` is unused (the section always reads everything, it is cheap)."""
+    """Read GPUs and the board around them; ``request`` may name, as ``nvlink5_bridge`` (``vendor``,
+    ``vpd_marker``), the PCI functions through which an NVLink 5 board's NVSwitches are managed."""
     rc, text = run(["nvidia-smi", "--query-gpu=" + QUERY, "--format=csv,noheader,nounits"])
     gpus = []
     if rc == 0:
@@ -69,5 +97,12 @@ def collect(request):
         "gpus": gpus,
         "driver_version_line": version_line,
         "pci": pci(),
+        "nvlink5_bridges": _bridges((request or {}).get("nvlink5_bridge")),
         "devices": _devices(),
     }
+
+
+def _bridges(fact):
+    if not fact:
+        return []
+    return vpd_functions(str(fact["vendor"]), str(fact["vpd_marker"]))
