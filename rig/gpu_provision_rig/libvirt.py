@@ -127,6 +127,31 @@ def vagrant_env(box_name: str) -> dict[str, str]:
             "GP_LIBVIRT_NETWORK": f"{NETWORK_NAME}={SUBNET}", "GP_SSH_LOOPBACK": LOOPBACK_PREFIX}
 
 
+@dataclass
+class VagrantProject:
+    """A folder holding a Vagrantfile, and the environment Vagrant runs with there (``libvirt up``'s settings)."""
+
+    folder: Path
+    env: dict[str, str]
+
+    def vagrant(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        """``vagrant ARGS`` in the folder."""
+        return subprocess.run(["vagrant", *args], capture_output=True, text=True, cwd=self.folder, env=self.env,
+                              timeout=timeout)
+
+    def ssh(self, node: VagrantNode, command: str) -> subprocess.CompletedProcess[str]:
+        """``command`` in ``node`` through ``vagrant ssh`` (Vagrant's own key, the loopback forwarder)."""
+        return self.vagrant("ssh", node.name, "-c", command, timeout=300)
+
+    def cluster_file(self, path: Path, user: str = "vagrant") -> Path:
+        """:func:`rig_cluster`'s file for the project's machines (from ``vagrant ssh-config``) at ``path``."""
+        config = self.vagrant("ssh-config")
+        if config.returncode != 0:
+            raise RigError(f"vagrant ssh-config exited {config.returncode}: {config.stderr.strip()[-500:]}")
+        path.write_text(rig_cluster(config.stdout, user))
+        return path
+
+
 def rig_cluster(ssh_config: str, user: str = "vagrant") -> str:
     """The cluster file ``gpu-provision vagrant-cluster`` makes from ``ssh_config`` (``vagrant ssh-config``
     output), Kubernetes off, with what the rig's VMs need: the rig's apt proxy (they reach nothing else) and Docker

@@ -15,16 +15,14 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from gpu_provision_rig.box import DEFAULT_SUITE, ensure_box
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS
-from gpu_provision_rig.libvirt import LibvirtRig, VagrantNode
+from gpu_provision_rig.libvirt import LibvirtRig, VagrantNode, VagrantProject
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow, pytest.mark.vm]
 
@@ -35,22 +33,16 @@ NODE = VagrantNode(1)
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 
 
-@dataclass
-class Project:
-    """A folder holding a copy of the project's Vagrantfile, and the environment ``libvirt up`` printed."""
+class Project(VagrantProject):
+    """The test's project: a copy of the project's Vagrantfile, its one VM, the kernel of the box it boots."""
 
-    folder: Path
-    env: dict[str, str]
-    #: The kernel the box boots.
-    kernel: str
+    def __init__(self, folder: Path, env: dict[str, str], kernel: str):
+        super().__init__(folder, env)
+        self.kernel = kernel
 
-    def vagrant(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["vagrant", *args], capture_output=True, text=True, cwd=self.folder, env=self.env,
-                              timeout=timeout)
-
-    def ssh(self, command: str) -> subprocess.CompletedProcess[str]:
-        """``command`` in the VM through ``vagrant ssh`` (Vagrant's own key, the loopback address)."""
-        return self.vagrant("ssh", NODE.name, "-c", command, timeout=300)
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """``command`` in the VM."""
+        return self.ssh(NODE, command)
 
 
 @pytest.fixture(scope="module")
@@ -72,26 +64,13 @@ def project(rig, rig_nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         libvirt.down()
 
 
-def cluster_file(project: Project, folder: Path, user: str) -> Path:
-    """``gpu-provision-rig libvirt cluster``'s file from ``vagrant ssh-config`` (``gpu-provision vagrant-cluster``'s
-    with the rig's apt proxy and Docker from the distribution), reached as ``user``."""
-    config = project.vagrant("ssh-config")
-    assert config.returncode == 0, config.stderr
-    (folder / "ssh-config").write_text(config.stdout)
-    path = folder / f"cluster-{user}.yaml"
-    made = subprocess.run([sys.executable, "-m", "gpu_provision_rig", "libvirt", "cluster", str(folder / "ssh-config"),
-                           "-o", str(path), "--user", user], capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
-    return path
-
-
 def test_vagrant_up_boots_the_box_and_reaches_it_only_on_loopback(project: Project) -> None:
     """The Vagrantfile's node runs the box's own kernel; Vagrant reaches it on 127.0.13.1:22; the guest's only
     route beyond its own network is the rig's subnet, where the apt proxy answers and a rig node does not
     (the host forwards nothing)."""
     config = project.vagrant("ssh-config").stdout
     assert re.search(r"HostName 127\.0\.13\.1\n\s+User vagrant\n\s+Port 22\n", config), config
-    ran = project.ssh(f"uname -r; ip -4 route | sort; "
+    ran = project.run(f"uname -r; ip -4 route | sort; "
                       f"for a in {BRIDGE_ADDRESS}/{APT_PROXY_PORT} 10.77.0.11/22 192.0.2.1/80; do "
                       f"timeout 5 bash -c \"echo > /dev/tcp/$a\" 2>/dev/null && echo open || echo closed; done")
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -107,17 +86,17 @@ def test_the_cluster_file_from_vagrant_converges_the_vm_as_its_sudo_user_then_ro
     """``vagrant ssh-config`` → ``gpu-provision vagrant-cluster`` → ``pyinfra inventory.py deploys/gpu_node.py``:
     Docker from Debian's archive on the VM's kernel, running with the file's settings; the same run as root (its
     key put in place through sudo) changes nothing."""
-    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file(project, tmp_path, "vagrant")))
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(project.cluster_file(tmp_path / "cluster-vagrant.yaml", "vagrant")))
     first = pyinfra.run(REPO / "inventory.py", REPO / "deploys/gpu_node.py", timeout=1800)
     assert first.returncode == 0, first.output[-4000:]
     assert first.totals()["success"] >= 3, first.output[-4000:]  # proxy, docker packages, configuration, service
-    ran = project.ssh("sudo -n docker info --format '{{.CgroupDriver}} {{.KernelVersion}}'; uname -r; "
+    ran = project.run("sudo -n docker info --format '{{.CgroupDriver}} {{.KernelVersion}}'; uname -r; "
                       "dpkg-query -W -f '${Status}\\n' docker.io")
     driver, kernel, running_kernel, *status = ran.stdout.split()
     assert (driver, kernel, " ".join(status)) == ("systemd", running_kernel, "install ok installed"), ran.stdout
-    assert project.ssh("sudo -n install -d -m 0700 /root/.ssh && "
+    assert project.run("sudo -n install -d -m 0700 /root/.ssh && "
                        "sudo -n cp /home/vagrant/.ssh/authorized_keys /root/.ssh/").returncode == 0
-    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file(project, tmp_path, "root")))
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(project.cluster_file(tmp_path / "cluster-root.yaml", "root")))
     again = pyinfra.run(REPO / "inventory.py", REPO / "deploys/gpu_node.py", timeout=900)
     assert again.returncode == 0, again.output[-4000:]
     assert again.totals()["success"] == 0 and again.totals()["no_change"] > 0, again.output[-4000:]
@@ -125,11 +104,11 @@ def test_the_cluster_file_from_vagrant_converges_the_vm_as_its_sudo_user_then_ro
 
 def test_vagrant_reload_is_a_real_reboot_and_the_node_stays_converged(project: Project) -> None:
     """``vagrant reload``: a new boot (boot id) of the same disk; Docker, enabled by the converge, runs again."""
-    before = project.ssh(BOOT_ID).stdout.strip()
+    before = project.run(BOOT_ID).stdout.strip()
     reloaded = project.vagrant("reload")
     assert reloaded.returncode == 0, reloaded.stdout[-3000:] + reloaded.stderr[-3000:]
     # Vagrant calls the machine ready when sshd answers; the boot may still be starting units.
-    after = project.ssh(f"timeout 240 systemctl is-system-running --wait >/dev/null; {BOOT_ID}; "
+    after = project.run(f"timeout 240 systemctl is-system-running --wait >/dev/null; {BOOT_ID}; "
                         "systemctl is-active docker")
     boot_id, docker = after.stdout.split()
     assert boot_id != before and docker == "active", after.stdout + after.stderr

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gpu_provision.spec import load_cluster
-from gpu_provision_rig import box, forward, hostdeps, libvirt
+from gpu_provision_rig import box, cli, forward, hostdeps, libvirt
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS, LIBVIRT_SUBNET, MIRROR_PORT, SUBNET
 from gpu_provision_rig.errors import RigError
 from gpu_provision_rig.vm import VmSpec, qemu_argv
@@ -103,12 +103,13 @@ def test_forwarders_reach_only_the_rigs_two_subnets() -> None:
 
 
 def test_the_rig_cluster_file_names_the_apt_proxy_and_validates(tmp_path: Path) -> None:
-    """``libvirt cluster``: the product's file from ``vagrant ssh-config``, plus the rig's proxy and Debian's Docker;
-    a valid cluster file whose nodes are the Vagrant machines on their loopback forwarders."""
-    config = ("Host gpu-node1\n  HostName 127.0.13.1\n  User vagrant\n  Port 22\n  StrictHostKeyChecking no\n"
-              f"  IdentityFile {tmp_path}/machines/gpu-node1/libvirt/private_key\n")
+    """``gpu-provision-rig libvirt cluster``: the product's file from ``vagrant ssh-config``, plus the rig's proxy and
+    Debian's Docker; a valid cluster file whose nodes are the Vagrant machines on their loopback forwarders."""
+    config = tmp_path / "ssh-config"
+    config.write_text("Host gpu-node1\n  HostName 127.0.13.1\n  User vagrant\n  Port 22\n  StrictHostKeyChecking no\n"
+                      f"  IdentityFile {tmp_path}/machines/gpu-node1/libvirt/private_key\n")
     path = tmp_path / "cluster.yaml"
-    path.write_text(libvirt.rig_cluster(config, user="root"))
+    assert cli.main(["libvirt", "cluster", str(config), "-o", str(path), "--user", "root"]) == 0
     cluster = load_cluster(path)
     (node,) = cluster.nodes
     assert (node.name, node.address, node.ssh.user) == ("gpu-node1", "127.0.13.1", "root")
