@@ -4,9 +4,9 @@
    or found in the rig's cache), ``gpu-provision-rig libvirt up``, ``vagrant up --provider=libvirt`` of the
    project's Vagrantfile, the first converge by plain pyinfra (Docker from Debian's archive: the VM has no GPU, so
    no driver), a second converge (it must change nothing), and ``vagrant reload`` until the new boot is over.
-2. **One real DKMS build** (``--dkms``): the real-package tier (``tests/rig/test_distro_driver.py``: Debian's
-   ``nvidia-kernel-dkms`` installed on a rig node by the product and built by DKMS at native speed), whose own
-   report gives the converge's and the build's seconds.
+2. **Real DKMS builds** (``--dkms``): the real-package tier (``tests/rig/test_distro_driver.py``: Debian's
+   ``nvidia-kernel-dkms`` installed by the product on a Debian 12 and a Debian 13 rig node and built by DKMS at
+   native speed), whose own report gives the converge's and the build's seconds on each.
 
 The GPU Operator's figures are those ``shared/REFERENCE.md`` records, with their sources: a driver upgrade takes
 about 4 minutes per node (the GPU Operator documentation's example) and a reboot to a ready GPU stack about 3 to 5
@@ -111,16 +111,16 @@ def vm_steps(suite: str) -> dict[str, float]:
     return timings
 
 
-def dkms_tier() -> dict[str, object]:
-    """Section 2: the real-package tier's own timings (converge, DKMS build, second run)."""
+def dkms_tier() -> list[dict[str, object]]:
+    """Section 2: the real-package tier's own timings (converge, DKMS build, second run), per Debian release."""
     env = {**os.environ, "GPU_PROVISION_REAL_PACKAGES": "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s",
                            str(REPO / "tests/rig/test_distro_driver.py")], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=3600)
-    match = re.search(r"distro driver timings: (\{.*\})", proc.stdout)
-    if proc.returncode != 0 or not match:
+    found = re.findall(r"distro driver timings: (\{.*\})", proc.stdout)
+    if proc.returncode != 0 or not found:
         raise SystemExit(f"the real-package tier failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
-    return dict(json.loads(match.group(1)))
+    return [dict(json.loads(text)) for text in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "cpus": os.cpu_count(), "load_before": round(load[0], 2),
                                  "vm": vm_steps(args.suite), "gpu_operator": GPU_OPERATOR}
     if args.dkms:
-        print("DKMS: Debian's nvidia-kernel-dkms on a rig node (the real-package tier)", flush=True)
+        print("DKMS: Debian's nvidia-kernel-dkms on rig nodes (the real-package tier)", flush=True)
         result["dkms"] = dkms_tier()
         print(f"  {result['dkms']}")
     print("GPU Operator, published:")

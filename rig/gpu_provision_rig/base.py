@@ -1,4 +1,4 @@
-"""The base root filesystem every rig node overlays: Debian 12 built with mmdebstrap, cached between runs.
+"""The base root filesystem every rig node overlays: Debian 12 (or 13) built with mmdebstrap, cached between runs.
 
 The cache key is a hash of the suite, the archive lines, the package list and the version of the changes made after
 the build, so changing any of them builds a new base next to the old one. A base is built under a temporary name
@@ -21,12 +21,15 @@ from gpu_provision_rig.requirements import NODE_PACKAGES
 
 log = logging.getLogger(__name__)
 
+#: The Debian releases a node may run, with their archive lines (Debian 12 unless a node names another).
+SUITES: dict[str, tuple[str, ...]] = {
+    codename: (f"deb http://deb.debian.org/debian {codename} main",
+               f"deb http://deb.debian.org/debian {codename}-updates main",
+               f"deb http://deb.debian.org/debian-security {codename}-security main")
+    for codename in ("bookworm", "trixie")
+}
 SUITE = "bookworm"
-ARCHIVE_LINES: tuple[str, ...] = (
-    "deb http://deb.debian.org/debian bookworm main",
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-)
+ARCHIVE_LINES: tuple[str, ...] = SUITES[SUITE]
 # Bump when _customize changes what it writes, so cached bases are rebuilt.
 CUSTOMIZE_VERSION = 2
 
@@ -56,21 +59,28 @@ Acquire::http::Timeout "30";
 MASKED_UNITS = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer")
 
 
-def base_key(packages: tuple[str, ...] = NODE_PACKAGES) -> str:
-    """Hash naming the base built from ``packages`` (order does not matter)."""
-    text = json.dumps({"suite": SUITE, "archive": ARCHIVE_LINES, "packages": sorted(set(packages)),
+def _archive(suite: str) -> tuple[str, ...]:
+    try:
+        return SUITES[suite]
+    except KeyError:
+        raise RigError(f"no rig base for Debian {suite!r}: choose {', '.join(SUITES)}") from None
+
+
+def base_key(packages: tuple[str, ...] = NODE_PACKAGES, suite: str = SUITE) -> str:
+    """Hash naming the base of ``suite`` built from ``packages`` (order does not matter)."""
+    text = json.dumps({"suite": suite, "archive": _archive(suite), "packages": sorted(set(packages)),
                        "customize": CUSTOMIZE_VERSION}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def base_path(cache_dir: Path, packages: tuple[str, ...] = NODE_PACKAGES) -> Path:
-    """Where the base for ``packages`` lives (whether built or not)."""
-    return cache_dir / f"base-{SUITE}-{base_key(packages)}"
+def base_path(cache_dir: Path, packages: tuple[str, ...] = NODE_PACKAGES, suite: str = SUITE) -> Path:
+    """Where the base of ``suite`` for ``packages`` lives (whether built or not)."""
+    return cache_dir / f"base-{suite}-{base_key(packages, suite)}"
 
 
-def ensure_base(cache_dir: Path, packages: tuple[str, ...] = NODE_PACKAGES) -> Path:
-    """Return the cached base for ``packages``, building it first if it is not there."""
-    final = base_path(cache_dir, packages)
+def ensure_base(cache_dir: Path, packages: tuple[str, ...] = NODE_PACKAGES, suite: str = SUITE) -> Path:
+    """Return the cached base of ``suite`` for ``packages``, building it first if it is not there."""
+    final = base_path(cache_dir, packages, suite)
     if final.is_dir():
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -82,8 +92,8 @@ def ensure_base(cache_dir: Path, packages: tuple[str, ...] = NODE_PACKAGES) -> P
         if building.exists():
             shutil.rmtree(building)
         log.info("building base root filesystem %s (packages: %s)", final.name, " ".join(packages))
-        argv = ["mmdebstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(building),
-                *ARCHIVE_LINES]
+        argv = ["mmdebstrap", "--variant=minbase", f"--include={','.join(packages)}", suite, str(building),
+                *_archive(suite)]
         proc = subprocess.run(argv, capture_output=True, text=True)
         if proc.returncode != 0:
             shutil.rmtree(building, ignore_errors=True)

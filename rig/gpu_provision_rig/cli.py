@@ -18,6 +18,8 @@ from collections.abc import Sequence
 
 from gpu_provision.commands import vagrant
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision_rig.base import SUITE as BASE_SUITE
+from gpu_provision_rig.base import SUITES as BASE_SUITES
 from gpu_provision_rig.box import DEFAULT_SUITE, SUITES, ensure_box
 from gpu_provision_rig.cluster import nodes_from_cluster
 from gpu_provision_rig.config import RigNode, numbered_nodes
@@ -40,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--nodes", type=int, default=None, help="N nodes node1..nodeN (default 2 without --cluster)")
     p.add_argument("--gpu-model", help="with --nodes: simulated GPU model of every node, e.g. H200")
     p.add_argument("--gpus", type=int, default=8, help="with --nodes and --gpu-model: GPUs per node (default 8)")
+    p.add_argument("--suite", choices=sorted(BASE_SUITES), default=BASE_SUITE,
+                   help=f"with --nodes: the nodes' Debian release (default {BASE_SUITE}: Debian 12; trixie: Debian 13)")
     p.add_argument("--no-wait", action="store_true", help="do not wait for sshd on the nodes")
     p.set_defaults(handler=up)
 
@@ -127,7 +131,7 @@ def libvirt_cluster(args: argparse.Namespace) -> int:
 def _nodes(args: argparse.Namespace) -> list[RigNode]:
     if args.cluster:
         return nodes_from_cluster(args.cluster)
-    return numbered_nodes(args.nodes or 2, args.gpu_model, args.gpus)
+    return numbered_nodes(args.nodes or 2, args.gpu_model, args.gpus, args.suite)
 
 
 def up(args: argparse.Namespace) -> int:

@@ -53,6 +53,8 @@ class RigNode:
     ssh_address: str
     gpu_model: str | None = None
     gpu_count: int = 0
+    #: The Debian release the node runs (``bookworm``: Debian 12, ``trixie``: Debian 13).
+    suite: str = "bookworm"
 
     def __post_init__(self) -> None:
         if not _NODE_NAME.match(self.name):
@@ -78,7 +80,7 @@ class RigNode:
     def to_json(self) -> dict[str, object]:
         """The node as stored in the rig state file."""
         return {"name": self.name, "ssh_address": self.ssh_address, "gpu_model": self.gpu_model,
-                "gpu_count": self.gpu_count}
+                "gpu_count": self.gpu_count, "suite": self.suite}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> RigNode:
@@ -86,14 +88,16 @@ class RigNode:
         model = data.get("gpu_model")
         count = data.get("gpu_count", 0)
         return cls(name=str(data["name"]), ssh_address=str(data["ssh_address"]),
-                   gpu_model=None if model is None else str(model), gpu_count=int(str(count)))
+                   gpu_model=None if model is None else str(model), gpu_count=int(str(count)),
+                   suite=str(data.get("suite", "bookworm")))
 
 
-def numbered_nodes(count: int, gpu_model: str | None = None, gpus_per_node: int = 0) -> list[RigNode]:
-    """``node1`` .. ``nodeN`` on ``127.0.10.1`` .. ``127.0.10.N``, each with the same simulated GPUs."""
+def numbered_nodes(count: int, gpu_model: str | None = None, gpus_per_node: int = 0,
+                   suite: str = "bookworm") -> list[RigNode]:
+    """``node1`` .. ``nodeN`` on ``127.0.10.1`` .. ``127.0.10.N``, each with the same simulated GPUs and release."""
     if not 1 <= count <= MAX_NODE_INDEX:
         raise RigError(f"node count {count} outside 1..{MAX_NODE_INDEX}")
-    return [RigNode(f"node{i}", f"{LOOPBACK_PREFIX}{i}", gpu_model, gpus_per_node if gpu_model else 0)
+    return [RigNode(f"node{i}", f"{LOOPBACK_PREFIX}{i}", gpu_model, gpus_per_node if gpu_model else 0, suite)
             for i in range(1, count + 1)]
 
 

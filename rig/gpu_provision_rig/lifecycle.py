@@ -154,7 +154,7 @@ class Rig:
             state = self._read_state()
             check_distinct([RigNode.from_json(v) for k, v in state.items() if k not in {n.name for n in nodes}]
                            + nodes)
-            base = ensure_base(self.paths.cache)
+            bases = {suite: ensure_base(self.paths.cache, suite=suite) for suite in sorted({n.suite for n in nodes})}
             for d in (self.paths.run, self.paths.logs):
                 d.mkdir(parents=True, exist_ok=True)
             sshkeys.make_key(self.paths.client_key, "gpu-provision-rig")
@@ -162,6 +162,7 @@ class Rig:
             aptproxy.start_proxy(self.paths)
             self._serve_mirror()
             for node in nodes:
+                base = bases[node.suite]
                 previous = state.get(node.name)
                 same = previous is not None and previous.get("base") == str(base) and \
                     RigNode.from_json(previous) == node

@@ -4,7 +4,8 @@
 runs, other test sessions), so a session only touches its own nodes, named ``rt<pid>-<n>`` on free loopback
 addresses: it drops nodes of dead sessions first, removes its own at the end, and takes the whole rig down only if
 no other node is left. ``rig_nodes`` (module): brings up nodes of the shapes (GPU model, count) the module names in
-``RIG_NODE_SHAPES`` (default :data:`DEFAULT_SHAPES`), or the named nodes in ``RIG_NODES``, and returns them;
+``RIG_NODE_SHAPES`` (default :data:`DEFAULT_SHAPES`; a shape may name the node's Debian release third), or the
+named nodes in ``RIG_NODES``, and returns them;
 modules asking for the same shapes share running nodes. ``reset_node``: makes a node fresh (overlay wiped, booted
 again). ``rig_exclusive``: skips a test that would disturb other users' nodes. Rig tests carry
 ``@pytest.mark.rig``; they are skipped, with the reason, where the rig cannot run (not root, mmdebstrap or
@@ -17,9 +18,10 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +42,7 @@ class SessionRig:
     def __init__(self, rig: Rig):
         self.rig = rig
         self.prefix = f"rt{os.getpid()}-"
-        self.by_shapes: dict[tuple[tuple[str | None, int], ...], list[RigNode]] = {}
+        self.by_shapes: dict[tuple[tuple[Any, ...], ...], list[RigNode]] = {}
         self.started: set[str] = set()
 
     def own(self, node: RigNode) -> bool:
@@ -60,16 +62,18 @@ class SessionRig:
         if stale:
             self.rig.remove(stale)
 
-    def nodes_for(self, shapes: list[tuple[str | None, int]]) -> list[RigNode]:
-        """Running nodes of the given shapes, made on first use on free loopback addresses."""
+    def nodes_for(self, shapes: Sequence[tuple[Any, ...]]) -> list[RigNode]:
+        """Running nodes of the given shapes (GPU model, count and, optionally, the Debian release), made on first
+        use on free loopback addresses."""
         key = tuple(shapes)
         if key not in self.by_shapes:
             taken = {n.index for n in self.rig.nodes()} | {n.index for ns in self.by_shapes.values() for n in ns}
             free = [i for i in _TEST_INDICES if i not in taken]
             first = sum(len(ns) for ns in self.by_shapes.values()) + 1
             self.by_shapes[key] = [
-                RigNode(f"{self.prefix}{first + i}", f"127.0.10.{free[i]}", model, count if model else 0)
-                for i, (model, count) in enumerate(shapes)]
+                RigNode(f"{self.prefix}{first + i}", f"127.0.10.{free[i]}", shape[0], shape[1] if shape[0] else 0,
+                        *shape[2:])
+                for i, shape in enumerate(shapes)]
         return self.up(self.by_shapes[key])
 
     def close(self) -> None:

@@ -5,9 +5,10 @@ Debian has no headers, so the node gets a Debian kernel first, as a real node im
 builds for that installed kernel (the one the node would boot) and installs its headers, which is the documented
 choice for a node whose running kernel is not installed on it.
 
-The driver version is the one Debian's archive holds for bookworm (its security update, 535.309.01-0+deb12u1, read
-with apt on 2026-12-02; gpu_provision/data/packages.json, source ``debian-archive``). A later security update moves
-it: the test then fails at the install, naming the version apt could not find.
+Every test runs on a Debian 12 node and on a Debian 13 node (the rig runs both). The driver version is the one
+Debian's archive holds for each (bookworm's security update 535.309.01-0+deb12u1, trixie's 550.163.01-2, read with
+apt on 2026-12-02; gpu_provision/data/packages.json, source ``debian-archive``). A later update moves it: the test
+then fails at the install, naming the version apt could not find.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ pytestmark = [pytest.mark.rig, pytest.mark.slow,
               pytest.mark.skipif(not REAL_PACKAGES, reason="real-package tier: set GPU_PROVISION_REAL_PACKAGES=1")]
 
 REPO = Path(__file__).resolve().parents[2]
-RIG_NODE_SHAPES = [("A100-80GB", 1)]
-VERSION = "535.309.01"
+#: Debian's driver version per release, as its archive holds it (the expected vendor fact).
+VERSIONS = {"bookworm": "535.309.01", "trixie": "550.163.01"}
 STAGES = ("preflight", "driver")
 DEPLOY = f"from gpu_provision.stages.pipeline import gpu_node\n\ngpu_node(stages={STAGES!r})\n"
 PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "firmware-nvidia-gsp")
@@ -49,10 +50,17 @@ BUILD_SECONDS = ("f=$(find /var/lib/dkms/nvidia-current -name make.log | head -1
 node_host = nodehost.node_host  # the fixture, by name
 
 
+@pytest.fixture(scope="module", params=sorted(VERSIONS))
+def node(session_rig, request):  # type: ignore[no-untyped-def]
+    """The release's one node: a simulated A100, which both the 535 and the 550 branch support (the H200 needs 550)."""
+    (found,) = session_rig.nodes_for([("A100-80GB", 1, request.param)])
+    return found
+
+
 @pytest.fixture(scope="module")
-def node(rig_nodes):  # type: ignore[no-untyped-def]
-    """The module's one node (a simulated A100, which the 535 branch supports; the H200 needs 550)."""
-    return rig_nodes[0]
+def version(node) -> str:  # type: ignore[no-untyped-def]
+    """The driver version Debian's archive holds for the node's release."""
+    return VERSIONS[node.suite]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +73,7 @@ def kernel(rig, node, rig_ssh) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def cluster_file(rig, node, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+def cluster_file(rig, node, version, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     """A cluster file with the one node: Debian's driver at the archive's version, proprietary modules (bookworm's
     open modules exist only at 535.261.03), no persistence daemon (no GPU answers it on a rig node)."""
     doc = {
@@ -76,7 +84,7 @@ def cluster_file(rig, node, tmp_path_factory) -> Path:  # type: ignore[no-untype
                             "known_hosts": str(rig.paths.known_hosts)},
                     "controller_dirs": controller_dirs(rig)},
         "nodes": [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "A100-80GB", "count": 1},
-                   "driver": {"install_method": "distro", "version": VERSION, "kernel_modules": "proprietary",
+                   "driver": {"install_method": "distro", "version": version, "kernel_modules": "proprietary",
                               "persistenced": False, "reboot": "never"}}],
     }
     path = tmp_path_factory.mktemp("distro-driver") / "cluster.yaml"
@@ -102,7 +110,7 @@ def drift(cluster_file: Path) -> tuple[int, dict[str, list[dict[str, object]]]]:
 
 
 def test_debian_driver_is_built_by_dkms_held_and_stays_converged(  # type: ignore[no-untyped-def]
-        kernel, node, deployment, cluster_file, node_host, rig_ssh, record_property):
+        kernel, node, version, deployment, cluster_file, node_host, rig_ssh, record_property):
     host = node_host(node)
     own_sources = host.check_output("sha256sum /etc/apt/sources.list")
     started = time.monotonic()
@@ -112,12 +120,12 @@ def test_debian_driver_is_built_by_dkms_held_and_stays_converged(  # type: ignor
 
     held = set(host.check_output("apt-mark showhold").split())
     for name in PACKAGES:
-        assert host.package(name).version.startswith(VERSION + "-"), name
+        assert host.package(name).version.startswith(version + "-"), name
         assert name in held, name
     assert host.package(f"linux-headers-{kernel}").is_installed
     assert not host.package("nvidia-driver").is_installed  # the headless set, without recommends
     status = host.check_output("dkms status")
-    assert f"nvidia-current/{VERSION}, {kernel}, x86_64: installed" in status, status
+    assert f"nvidia-current/{version}, {kernel}, x86_64: installed" in status, status
     assert host.run(f"ls /lib/modules/{kernel}/updates/dkms/nvidia-current.ko*").rc == 0
     sources = host.file(SOURCES).content_string
     assert "Components: contrib non-free non-free-firmware" in sources
@@ -133,7 +141,7 @@ def test_debian_driver_is_built_by_dkms_held_and_stays_converged(  # type: ignor
     assert (totals["success"], totals["error"]) == (0, 0), second.output[-8000:]
     assert drift(cluster_file) == (0, {node.name: []})
 
-    timings = {"kernel": kernel, "converge_s": round(converge_s, 1), "dkms_build_s": build_s,
+    timings = {"suite": node.suite, "kernel": kernel, "converge_s": round(converge_s, 1), "dkms_build_s": build_s,
                "second_run_s": round(second_s, 1)}
     record_property("timings", timings)
     print(f"\ndistro driver timings: {json.dumps(timings)}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpu_provision_rig import hardware
-from gpu_provision_rig.base import base_key
+from gpu_provision_rig.base import base_key, base_path
 from gpu_provision_rig.cluster import nodes_from_cluster
 from gpu_provision_rig.config import RigError, RigNode, RigPaths, check_distinct, numbered_nodes
 from gpu_provision_rig.forward import Forwarder
@@ -53,6 +53,11 @@ def test_numbered_nodes_and_json_round_trip():
     assert [(n.name, n.ssh_address, n.gpu_model, n.gpu_count) for n in nodes] == [
         (f"node{i}", f"127.0.10.{i}", "L40S", 4) for i in (1, 2, 3)]
     assert [RigNode.from_json(json.loads(json.dumps(n.to_json()))) for n in nodes] == nodes
+    trixie = numbered_nodes(1, suite="trixie")
+    assert trixie[0].suite == "trixie" and RigNode.from_json(trixie[0].to_json()) == trixie[0]
+    # A state file written before nodes had a release holds Debian 12 nodes.
+    old = {k: v for k, v in nodes[0].to_json().items() if k != "suite"}
+    assert RigNode.from_json(old).suite == "bookworm"
 
 
 def test_paths_from_environment(monkeypatch):
@@ -66,9 +71,13 @@ def test_paths_from_environment(monkeypatch):
     assert RigPaths.from_env() == RigPaths(Path("/var/tmp/gpu-provision-rig"), Path("/var/cache/gpu-provision/rig"))
 
 
-def test_base_key_depends_on_the_package_set_only():
+def test_base_key_depends_on_the_package_set_and_the_release_only():
     assert base_key(("a", "b")) == base_key(("b", "a", "a"))
     assert base_key(("a", "b")) != base_key(("a", "b", "c"))
+    assert base_key(("a", "b"), "trixie") != base_key(("a", "b"), "bookworm") == base_key(("a", "b"))
+    assert base_path(Path("/c"), ("a",), "trixie").name.startswith("base-trixie-")
+    with pytest.raises(RigError, match="no rig base for Debian 'sid': choose bookworm, trixie"):
+        base_key(("a",), "sid")
 
 
 def test_pci_ids_from_the_model_data():
