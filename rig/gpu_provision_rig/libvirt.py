@@ -239,7 +239,8 @@ class LibvirtRig:
             # vagrant-libvirt copies a box's image into the pool once, under a new name per added box: drop the
             # copies of earlier builds while no VM can be backed by them.
             prefix = f"gpu-provision-VAGRANTSLASH-{built.name}_vagrant_box_image_"
-            volumes = _virsh("vol-list", "--pool", "default", "--name", check=False).stdout.split()
+            table = _virsh("vol-list", "--pool", "default", check=False).stdout.splitlines()[2:]  # after the header
+            volumes = [line.split()[0] for line in table if line.strip()]
             for volume in (v for v in volumes if v.startswith(prefix)):
                 _virsh("vol-delete", "--pool", "default", volume, check=False)
         _run(["vagrant", "box", "add", "--force", "--name", f"gpu-provision/{built.name}", str(built.box_file)],
