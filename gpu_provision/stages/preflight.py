@@ -28,9 +28,12 @@ from gpu_provision.stages import distro, driver, fabric
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "preflight"
-#: (os_id, major version) pairs this project installs on; RHEL rebuilds are listed by their own id.
-SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12"), ("rhel", "9"), ("rocky", "9"),
-                ("almalinux", "9")}
+#: (os_id, major version) pairs this project installs on: the releases ``docs/install-paths.md`` renders paths for
+#: (RHEL rebuilds are listed by their own id).
+SUPPORTED_OS = {("ubuntu", "22.04"), ("ubuntu", "24.04"), ("debian", "12"), ("debian", "13"),
+                *((rhel, major) for rhel in ("rhel", "rocky", "almalinux") for major in ("9", "10"))}
+#: How a refusal names them.
+SUPPORTED_OS_TEXT = "Ubuntu 22.04/24.04, Debian 12/13, RHEL/Rocky/Alma 9/10"
 SUPPORTED_ARCH = ("x86_64", "aarch64")
 MIN_DISK_GIB = 10
 MIN_MEMORY_GIB = 4
@@ -52,8 +55,7 @@ def _os_findings(state: NodeStateData) -> list[Finding]:
     key = version if os_id == "ubuntu" else version.split(".")[0]
     out = []
     if (os_id, key) not in SUPPORTED_OS:
-        out.append(Finding("os", f"{os_id or 'unknown OS'} {version} is not supported "
-                                 "(Ubuntu 22.04/24.04, Debian 12, RHEL/Rocky/Alma 9)"))
+        out.append(Finding("os", f"{os_id or 'unknown OS'} {version} is not supported ({SUPPORTED_OS_TEXT})"))
     if system.get("arch") not in SUPPORTED_ARCH:
         out.append(Finding("arch", f"architecture {system.get('arch')} is not supported (x86_64, aarch64)"))
     return out

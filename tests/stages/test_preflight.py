@@ -28,8 +28,8 @@ def test_unsupported_os_and_architecture_fail() -> None:
     raw = fresh("debian12", gpus=8)
     raw["system"].update(os_id="debian", os_version="11", arch="ppc64le")
     found = _findings(H200, raw)
-    assert found[("os", True)] == ("debian 11 is not supported (Ubuntu 22.04/24.04, Debian 12, "
-                                   "RHEL/Rocky/Alma 9)")
+    assert found[("os", True)] == ("debian 11 is not supported (Ubuntu 22.04/24.04, Debian 12/13, "
+                                   "RHEL/Rocky/Alma 9/10)")
     assert found[("arch", True)] == "architecture ppc64le is not supported (x86_64, aarch64)"
 
 

@@ -272,6 +272,16 @@ def test_every_path_has_a_row_of_vendor_facts() -> None:
     assert len(PREINSTALLED_EXPECTED) == len(paths.preinstalled_paths())
 
 
+def test_preflight_accepts_the_system_of_every_rendered_path() -> None:
+    """A path the page documents must not be refused at its first step: a real Debian 13 node on the rig was, while
+    the page already rendered Debian 13 and Rocky 10 (preflight's table lagged behind the paths)."""
+    from gpu_provision.stages import preflight
+
+    for name, manager, system, choice in paths.paths() + paths.distro_paths() + paths.preinstalled_paths():
+        state = paths.state_for(manager, system, choice.secure_boot)
+        assert preflight._os_findings(state) == [], name
+
+
 def test_every_path_renders_and_the_page_is_current() -> None:
     assert len(paths.paths()) == sum(3 if s["os_id"] == "ubuntu" else 2 for _, _, s in paths.SYSTEMS)
     assert (ROOT / "docs" / "install-paths.md").read_text() == paths.render(CLUSTER)
