@@ -20,7 +20,8 @@ SSH_CONFIG = Path(__file__).resolve().parents[1] / "vagrant" / "data" / "vagrant
 
 def test_subcommands() -> None:
     subparsers = next(a for a in build_parser()._actions if a.dest == "rig_command")
-    assert sorted(subparsers.choices) == ["box", "down", "inventory", "reset", "status", "up", "vagrant-cluster"]
+    assert sorted(subparsers.choices) == ["box", "down", "inventory", "libvirt", "reset", "status", "up",
+                                          "vagrant-cluster"]
 
 
 def test_module_runs_the_command_line() -> None:
