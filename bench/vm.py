@@ -91,9 +91,9 @@ def vm_steps(suite: str) -> dict[str, float]:
         cluster = project.cluster_file(folder / "cluster.yaml")
         first = timed(timings, "first converge", lambda: _ok(_pyinfra(cluster), "the first converge"))
         second = timed(timings, "second converge", lambda: _ok(_pyinfra(cluster), "the second converge"))
-        if _changed(second.stdout) != 0:
+        if _changed(second.stdout + second.stderr) != 0:
             raise SystemExit(f"the second converge changed something:\n{second.stdout[-3000:]}")
-        timings["operations changed by the first converge"] = _changed(first.stdout)
+        timings["operations changed by the first converge"] = _changed(first.stdout + first.stderr)
 
         def reload() -> None:
             _ok(project.vagrant("reload"), "vagrant reload")
