@@ -9,17 +9,28 @@ QUERY = ("index,uuid,name,pci.bus_id,driver_version,memory.total,mig.mode.curren
          "persistence_mode,pci.device_id")
 
 
-def pci(sysfs_root="/sys"):
-    """Every NVIDIA PCI function under ``sysfs_root`` with its device id and class: the GPUs, and the rest of the
-    board (NVSwitches, audio functions), which the controller tells apart by class (an NVSwitch decides Fabric
-    Manager). The root is a parameter so a fake sysfs tree can stand in for the node's."""
+def functions(sysfs_root="/sys"):
+    """Every PCI function's sysfs directory under ``sysfs_root`` with its vendor id, read once for the section's
+    readers of the bus. The root is a parameter so a fake sysfs tree can stand in for the node's."""
     out = []
     for path in sorted(glob.glob(os.path.join(sysfs_root, "bus", "pci", "devices", "*"))):
         try:
             with open(os.path.join(path, "vendor")) as f:
-                vendor = f.read().strip()
-            if vendor != "0x10de":
-                continue
+                out.append((path, f.read().strip()))
+        except OSError:
+            continue
+    return out
+
+
+def pci(sysfs_root="/sys", found=None):
+    """Every NVIDIA PCI function under ``sysfs_root`` (or among ``found``, :func:`functions`' answer) with its device
+    id and class: the GPUs, and the rest of the board (NVSwitches, audio functions), which the controller tells apart
+    by class (an NVSwitch decides Fabric Manager)."""
+    out = []
+    for path, vendor in functions(sysfs_root) if found is None else found:
+        if vendor != "0x10de":
+            continue
+        try:
             with open(os.path.join(path, "device")) as f:
                 device = f.read().strip()
             with open(os.path.join(path, "class")) as f:
@@ -36,18 +47,17 @@ def pci(sysfs_root="/sys"):
 VPD_READ_BYTES = 4096
 
 
-def vpd_functions(vendor, marker, sysfs_root="/sys"):
+def vpd_functions(vendor, marker, sysfs_root="/sys", found=None):
     """The PCI functions of ``vendor`` whose VPD (``/sys/bus/pci/devices/<BDF>/vpd``, provided by the kernel's PCI
     core whatever driver is bound, readable by root) holds ``marker``: on NVLink 5 boards, the ConnectX-7 bridge
     functions through which Fabric Manager and NVLSM reach NVSwitches that are not PCI devices of the host. The
-    controller names vendor and marker (its data file, with their source)."""
+    controller names vendor and marker (its data file, with their source); ``found`` as for :func:`pci`."""
     out = []
     want = marker.encode("ascii")
-    for path in sorted(glob.glob(os.path.join(sysfs_root, "bus", "pci", "devices", "*"))):
+    for path, function_vendor in functions(sysfs_root) if found is None else found:
+        if function_vendor != vendor:
+            continue
         try:
-            with open(os.path.join(path, "vendor")) as f:
-                if f.read().strip() != vendor:
-                    continue
             with open(os.path.join(path, "device")) as f:
                 device = f.read().strip()
             with open(os.path.join(path, "vpd"), "rb") as f:
@@ -91,18 +101,19 @@ def collect(request):
             break
         except OSError:
             continue
+    bus = functions()
     return {
         "smi_rc": rc,
         "smi_error": None if rc == 0 else (text or "").strip()[-500:],
         "gpus": gpus,
         "driver_version_line": version_line,
-        "pci": pci(),
-        "nvlink5_bridges": _bridges((request or {}).get("nvlink5_bridge")),
+        "pci": pci(found=bus),
+        "nvlink5_bridges": _bridges((request or {}).get("nvlink5_bridge"), bus),
         "devices": _devices(),
     }
 
 
-def _bridges(fact):
+def _bridges(fact, found=None):
     if not fact:
         return []
-    return vpd_functions(str(fact["vendor"]), str(fact["vpd_marker"]))
+    return vpd_functions(str(fact["vendor"]), str(fact["vpd_marker"]), found=found)
