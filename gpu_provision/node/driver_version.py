@@ -8,8 +8,13 @@ The file's first line names the module flavour and its version, e.g.
 ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Thu Sep 25 ...`` (proprietary modules).
 """
 
+from __future__ import annotations
+
 import re
-from typing import Optional
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the verification agent imports this module on every run: no typing at run time there
+    from typing import Optional
 
 #: Where a loaded nvidia module shows its version (absent when no module is loaded).
 PROC_VERSION = "/proc/driver/nvidia/version"

@@ -11,10 +11,15 @@ The order is dpkg's (``[epoch:]upstream[-revision]``; digits compare as numbers,
 that NVIDIA, Docker, Kubernetes and the kernels publish the same way (``3:580.95.05-1.el9``, ``1.36.4-1.1``).
 """
 
-from functools import lru_cache
-from typing import List, Optional, Tuple
+from __future__ import annotations
 
-_Part = Tuple[Tuple[int, ...], int]
+from functools import lru_cache
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the verification agent imports this module on every run: no typing at run time there
+    from typing import List, Optional, Tuple
+
+    _Part = Tuple[Tuple[int, ...], int]
 #: What a missing part compares as: no letters, number 0 (so ``1.0`` is below ``1.0.1`` and above ``1.0~rc1``).
 _END: _Part = ((0,), 0)
 

@@ -7,14 +7,16 @@ expectation makes a failure.
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
-
 from ..driver_version import module_version
-from ..mig.model import GpuLayout, Placement
 from ..versions import version_key
 from .nvsmi import device_count, parse_list
 from .report import Check, failed, judge, passed, skipped
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no typing at run time, and the MIG model (dataclasses) only where MIG is wanted: see report.Check
+    from typing import Any
+
+    from ..mig.model import GpuLayout
 
 
 def driver_matches(actual: str, pinned: str) -> bool:
@@ -208,7 +210,7 @@ def pcie_checks(gpu: dict[str, Any], relinked: tuple[int | None, int | None] | N
 
 def _placements(layout: GpuLayout) -> list[dict[str, Any]]:
     """A layout's placements as the report shows them: ``[{profile, start, size}]`` in start order."""
-    return [asdict(p) for p in layout.placements]
+    return [{"profile": p.profile, "start": p.start, "size": p.size} for p in layout.placements]
 
 
 def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, Any]] | None,
@@ -235,6 +237,8 @@ def mig_checks(gpu: dict[str, Any], expect: dict[str, Any], lgi: list[dict[str, 
                               f"MIG is {_state(current)}, the cluster file wants it {_state(want_enabled)}"))
     if not want_enabled:
         return checks
+    from ..mig.model import GpuLayout, Placement
+
     expected = GpuLayout.placed(Placement.from_dict(i) for i in wanted or [])
     if lgi is None:
         checks.append(skipped(f"gpu{index}.mig.layout", "nvidia-smi mig -lgi gave no answer",

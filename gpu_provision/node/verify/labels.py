@@ -10,9 +10,11 @@ the product is matched by prefix and the memory within a tolerance; the rest exa
 
 from __future__ import annotations
 
-from typing import Any, Dict
-
 from .report import Check, failed, judge, skipped
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any, Dict
 
 ID = "node.kubernetes.labels"
 PRODUCT = "nvidia.com/gpu.product"

@@ -16,11 +16,14 @@ import os
 import sys
 import time
 from types import SimpleNamespace
-from typing import Any
 
 from . import AGENT_VERSION, cuda, registry
 from .node_readings import NodeReadings
 from .report import Check, build_report, utc_now
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
 
 
 def self_command() -> tuple[list[str], dict[str, str]]:

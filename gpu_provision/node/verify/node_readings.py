@@ -11,11 +11,16 @@ from __future__ import annotations
 import os
 import time
 from functools import cached_property
-from typing import Any
 
 from ..mig.nvsmi import parse_lci, parse_lgi
 from . import nvsmi, readings, runtime, slices
-from .probes import Background, Probes, Relaunch, device_result, libcuda_problem, peer_probe
+from .probes import Background, Probes, device_result, libcuda_problem, peer_probe
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
+
+    from .probes import Relaunch
 
 DEFAULT_PATHS = {"sysfs": "/sys", "dev": "/dev", "proc": "/proc", "nvidia_smi": "nvidia-smi",
                  "libcuda": "libcuda.so.1"}

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Any
 
 from ..mig.nvsmi import sysfs_address
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
 
 _NOT_AVAILABLE = {"N/A", "[N/A]", "Not Supported", "[Not Supported]", "Unknown Error", ""}
 

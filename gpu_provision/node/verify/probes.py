@@ -13,14 +13,17 @@ import json
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Dict, List, Tuple
 
 from .readings import run
 
-PROBE_TIMEOUT_S = 180.0
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any, Callable, Dict, List, Tuple
 
-#: The argv prefix and environment that start this agent again (see ``main.self_command``).
-Relaunch = Tuple[List[str], Dict[str, str]]
+    #: The argv prefix and environment that start this agent again (see ``main.self_command``).
+    Relaunch = Tuple[List[str], Dict[str, str]]
+
+PROBE_TIMEOUT_S = 180.0
 
 
 class Probes:

@@ -12,7 +12,10 @@ import os
 import pwd
 import stat
 import subprocess
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
 
 NVIDIA_VENDOR = "0x10de"
 # 0x0300 VGA controller, 0x0302 3D controller; NVSwitches (0x0680) and audio functions are not GPUs.

@@ -16,28 +16,30 @@ so collecting evidence from a node in trouble never waits on a GPU that may hang
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
-
 from . import checks, labels, slices
 from .report import Check, Recorder, skipped
 
-Checks = Union[Check, List[Check]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # no typing (nor dataclasses) at run time: see report.Check
+    from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
+
+    Checks = Union[Check, List[Check]]
 
 
-@dataclass(frozen=True)
 class Subject:
     """What one run of a row is about: ``value`` is passed as the reading named by the row's ``each``."""
 
-    value: Any = None
-    labels: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("value", "labels")
+
+    def __init__(self, value: Any = None, labels: Mapping[str, Any] | None = None) -> None:
+        self.value = value
+        self.labels: Mapping[str, Any] = {} if labels is None else labels
 
     def check_fields(self) -> dict[str, Any]:
         """The subject fields of a check recorded for this subject (its GPU, if any)."""
         return {"gpu": self.labels["gpu"]} if "gpu" in self.labels else {}
 
 
-@dataclass(frozen=True)
 class Row:
     """One registered check.
 
@@ -51,14 +53,22 @@ class Row:
     :data:`STATE_CHECKS`).
     """
 
-    id: str
-    each: str
-    needs: Tuple[str, ...]
-    check: Callable[..., Checks]
-    ids: Tuple[str, ...] = ()
-    guarded: bool = True
-    new_pass: bool = False
-    workload: bool = False
+    __slots__ = ("id", "each", "needs", "check", "ids", "guarded", "new_pass", "workload")
+
+    def __init__(self, id: str, each: str, needs: Tuple[str, ...], check: Callable[..., Checks],
+                 ids: Tuple[str, ...] = (), guarded: bool = True, new_pass: bool = False,
+                 workload: bool = False) -> None:
+        self.id = id
+        self.each = each
+        self.needs = needs
+        self.check = check
+        self.ids = ids
+        self.guarded = guarded
+        self.new_pass = new_pass
+        self.workload = workload
+
+    def __repr__(self) -> str:
+        return f"Row({self.id!r}, {self.each!r}, {self.needs!r})"
 
     @property
     def produces(self) -> tuple[str, ...]:

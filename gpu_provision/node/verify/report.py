@@ -7,10 +7,11 @@ the rest of the report.
 
 from __future__ import annotations
 
-import datetime
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time: each import is paid on every node, every run
+    from typing import Any, Callable
 
 SCHEMA_VERSION = "verify-report.v1"
 
@@ -19,22 +20,40 @@ FAIL = "fail"
 SKIP = "skip"
 
 
-@dataclass
 class Check:
-    """One verification result: id (dotted), subject, status, measured and expected values, reason, duration."""
+    """One verification result: id (dotted), subject, status, measured and expected values, reason, duration.
 
-    id: str
-    status: str
-    measured: Any = None
-    expected: Any = None
-    reason: str = ""
-    gpu: int | None = None
-    mig_uuid: str | None = None
-    duration_s: float = 0.0
+    A plain class rather than a dataclass: importing ``dataclasses`` (and ``inspect`` with it) cost each run on
+    each node more than all of its checks.
+    """
+
+    __slots__ = FIELDS = ("id", "status", "measured", "expected", "reason", "gpu", "mig_uuid", "duration_s")
+
+    def __init__(self, id: str, status: str, measured: Any = None, expected: Any = None, reason: str = "",
+                 gpu: int | None = None, mig_uuid: str | None = None, duration_s: float = 0.0) -> None:
+        self.id = id
+        self.status = status
+        self.measured = measured
+        self.expected = expected
+        self.reason = reason
+        self.gpu = gpu
+        self.mig_uuid = mig_uuid
+        self.duration_s = duration_s
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (the recorder sets the duration), as a dataclass is
+
+    def __repr__(self) -> str:
+        return "Check(" + ", ".join(f"{name}={value!r}" for name, value in zip(self.FIELDS, self._values())) + ")"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON-ready form used in reports."""
-        data = asdict(self)
+        data = dict(zip(self.FIELDS, self._values()))
         data["duration_s"] = round(self.duration_s, 4)
         return data
 
@@ -101,7 +120,8 @@ def first_failure(checks: list[Check]) -> Check | None:
 
 def utc_now() -> str:
     """Return the current time as an ISO 8601 UTC timestamp."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
 def build_report(node: str, agent_version: str, started: str, wall_s: float, host: dict[str, Any],

@@ -7,15 +7,17 @@ resources and run the agent's own CUDA probe in a pod that requests one GPU.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
-from typing import Any
 
 from ..operand import operand
 from . import cuda
 from .readings import run
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
 
 NVIDIA_RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
 KUBECONFIGS = ("/etc/kubernetes/admin.conf", "/etc/kubernetes/kubelet.conf")
@@ -117,7 +119,10 @@ def read_node_settled(spec: dict[str, Any], settle_s: float = 60.0, interval_s: 
 
 def pod_manifest(spec: dict[str, Any], resource: str) -> dict[str, Any]:
     """A pod pinned to this node, asking for one ``resource``, running the agent's CUDA probe in python3."""
-    # inspect reads it through whichever loader imported the module (zipimport in the kept agent) or from its file.
+    # inspect reads it through whichever loader imported the module (zipimport in the kept agent) or from its file;
+    # imported here, where a pod is asked for, because its import costs more than every state check of a run.
+    import inspect
+
     probe_source = inspect.getsource(cuda)
     script = f"{probe_source}\nimport json\nprint(json.dumps(probe_devices(bandwidth=False)))\n"
     return {

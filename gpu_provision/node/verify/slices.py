@@ -9,10 +9,13 @@ the driver's ``type`` and ``profile`` attributes, with what the cluster file imp
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from . import runtime
 from .report import Check, failed, judge
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
+    from typing import Any
 
 DRIVER = "gpu.nvidia.com"
 CHECK = "node.kubernetes.allocatable"
