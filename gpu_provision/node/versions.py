@@ -13,8 +13,6 @@ that NVIDIA, Docker, Kubernetes and the kernels publish the same way (``3:580.95
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the verification agent imports this module on every run: no typing at run time there
     from typing import List, Optional, Tuple
@@ -47,14 +45,28 @@ def _parts(text: str) -> Tuple[_Part, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
+#: Keys already made (immutable, so shared): a cluster file compares the same few versions on every node. A dict
+#: rather than functools.lru_cache, whose import (functools, collections) the node's probe would pay on every run.
+_KEYS: dict = {}
+_KEYS_MAX = 4096
+
+
 def version_key(version: str, parts: Optional[int] = None) -> Tuple[int, Tuple[_Part, ...], Tuple[_Part, ...]]:
     """A sort key for ``version``: ``sorted(versions, key=version_key)`` puts the newest last. Kept for the
-    strings last asked about (immutable, so shared): a cluster file compares the same few versions on every node.
+    strings last asked about (at most 4,096, then the keys are made afresh).
 
     ``parts`` keeps only that many dot-separated parts of the upstream version and drops the revision, to compare
     a branch (``580`` of a ``580.*`` glob) with a full version (``590.44.01-1`` as ``590``).
     """
+    key = _KEYS.get((version, parts))
+    if key is None:
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        key = _KEYS[(version, parts)] = _key(version, parts)
+    return key
+
+
+def _key(version: str, parts: Optional[int]) -> Tuple[int, Tuple[_Part, ...], Tuple[_Part, ...]]:
     epoch, colon, rest = version.partition(":")
     if not colon or not epoch.isdigit():
         epoch, rest = "0", version

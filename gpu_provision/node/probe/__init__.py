@@ -8,7 +8,6 @@ The request's ``budget`` (seconds) bounds the whole run: every command a section
 :mod:`._command`, and the commands that ran past their bound are listed under ``timed_out`` in the answer.
 """
 
-import importlib
 import sys
 
 from . import _codec, _command
@@ -26,7 +25,11 @@ def collect(request):
         if name not in request:
             continue
         try:
-            out[name] = importlib.import_module("." + name, __name__).collect(request[name])
+            # __import__ rather than importlib.import_module: importing importlib (and warnings with it) cost every
+            # probe run more than most sections take.
+            module = __name__ + "." + name
+            __import__(module)
+            out[name] = sys.modules[module].collect(request[name])
         except Exception as exc:
             out[name] = {"error": type(exc).__name__ + ": " + str(exc)}
     if _command.timed_out():
