@@ -51,7 +51,9 @@ def bound(timeout=None):
 
 def available(name):
     """Whether ``name`` is an executable on the probe's ``PATH``: a tool the node lacks costs no process."""
-    return any(os.access(os.path.join(folder, name), os.X_OK) for folder in os.get_exec_path())
+    # PATH read directly: os.get_exec_path imports warnings, a cost on every probe run.
+    path = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return any(os.access(os.path.join(folder or ".", name), os.X_OK) for folder in path)
 
 
 def run(argv, timeout=None, stderr="merge"):
