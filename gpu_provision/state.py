@@ -44,6 +44,8 @@ class Request:
             out.setdefault(section, {})
         if "gpu" in self.sections:
             out["gpu"] = {"nvlink5_bridge": _nvlink5_bridge()}
+        if "kubernetes" in self.sections:
+            out["kubernetes"] = {"kubelet_binary": package_data()["kubernetes"]["upgrade"]["kubelet_binary"]}
         return out
 
     def to_json(self) -> str:

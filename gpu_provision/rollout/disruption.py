@@ -42,6 +42,8 @@ class Rule:
 
 _DRIVER = "the GPU driver is replaced: its kernel modules reload with no process holding a GPU"
 _RUNTIME = "the container runtime restarts to read it"
+_KUBELET = ("kubelet restarts at another version: kubeadm's upgrade guide drains a node before its kubelet changes "
+            "(packages.json kubernetes.upgrade)")
 #: The table, first match wins. Kernel and driver packages before the generic NVIDIA rows, toolkit rows before
 #: the ``libnvidia-*`` driver libraries.
 RULES: tuple[Rule, ...] = (
@@ -62,6 +64,8 @@ RULES: tuple[Rule, ...] = (
     Rule(PACKAGE, "containerd*", "runtime-restart", "the container runtime restarts on upgrade"),
     Rule(PACKAGE, "docker-ce", "runtime-restart", "the container runtime restarts on upgrade"),
     Rule(PACKAGE, "docker.io", "runtime-restart", "the container runtime restarts on upgrade"),
+    Rule(PACKAGE, "kubelet", "runtime-restart", _KUBELET),
+    Rule(("k8s-version", "kubelet-version", "kubelet-restart"), "*", "runtime-restart", _KUBELET),
     Rule(FILE, "/etc/modprobe.d/*", "gpu-idle", "module options apply when the NVIDIA modules load again"),
     Rule(FILE, "/etc/containerd/*", "runtime-restart", _RUNTIME),
     Rule(FILE, "/etc/docker/daemon.json", "runtime-restart", _RUNTIME),

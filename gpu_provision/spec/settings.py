@@ -469,7 +469,10 @@ _kubernetes = _obj(
     {
         "enabled": _b("Install Kubernetes on the nodes.", default=True),
         "version": _s("Kubernetes version, e.g. '1.36.4'; kubelet, kubeadm and kubectl are pinned to it. Supported "
-                      f"minors: {', '.join(KUBERNETES_MINORS)} (those upstream still maintains).",
+                      f"minors: {', '.join(KUBERNETES_MINORS)} (those upstream still maintains). Changed on a "
+                      "running cluster, it is upgraded as kubeadm documents (kubeadm upgrade apply on the first "
+                      "control plane, kubeadm upgrade node on the others, then kubelet and kubectl): one minor "
+                      "forward at a time, or any patch of the running minor; a minor back is refused.",
                       pattern=r"^1\.[0-9]{2}\.[0-9]+$", default=KUBERNETES_VERSION),
         "pod_cidr": _s("Pod network CIDR.", pattern=_CIDR, default="10.244.0.0/16"),
         "service_cidr": _s("Service network CIDR.", pattern=_CIDR, default="10.96.0.0/12"),

@@ -27,11 +27,12 @@ from gpu_provision.k8s import applied, cni, kubeadm, monitoring
 from gpu_provision.k8s import nodes as k8s_nodes
 from gpu_provision.k8s.objects import as_list, key, to_text
 from gpu_provision.operations import commands, files, packages, repos, services
-from gpu_provision.operations.kubernetes import labels, membership, prerequisites
+from gpu_provision.operations.kubernetes import labels, membership, prerequisites, upgrade
 from gpu_provision.operations.kubernetes import manifests as manifest_ops
 from gpu_provision.operations.kubernetes.probe import ADMIN_CONF, KUBELET_CONF, kubernetes_request
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.vendordata import package_data
+from gpu_provision.stages.preflight import kubernetes_findings
 from gpu_provision.state import NodeStateData, Request
 
 NAME = "kubernetes"
@@ -212,7 +213,8 @@ def _api_differences(cluster: Cluster, api: dict) -> list[Difference]:
 
 
 def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> list[Difference]:
-    """Swap, modules, sysctls, membership; on the first control plane the API's nodes, CNI and objects."""
+    """Swap, modules, sysctls, membership, a kubelet running a replaced binary; on the first control plane the API's
+    nodes, CNI and objects."""
     if not manages(cluster):
         return []
     out: list[Difference] = []
@@ -232,6 +234,9 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
         if running.get(name) != value:
             out.append(Difference("sysctl", name, value, running.get(name), NAME))
     section = state.section("kubernetes")
+    if section.get("kubelet_restart_due"):
+        out.append(Difference("kubelet-restart", upgrade.steps()["kubelet_binary"], "the running kubelet's binary",
+                              "replaced since kubelet started", NAME))
     if not joined(node, cluster, state):
         what = ADMIN_CONF if is_first(node, cluster) else KUBELET_CONF
         out.append(Difference("kubeadm", "init" if is_first(node, cluster) else "join", f"{what} present",
@@ -265,10 +270,21 @@ def kubernetes() -> None:
     prerequisites.sysctls_applied(name="Kubernetes sysctls applied", path=SYSCTL_FILE, values=SYSCTLS)
     repos.apt_repository(name="Kubernetes repository", repo_id=REPO_ID, repo=cluster.mirrors.kubernetes,
                          k8s_minor=cluster.kubernetes.minor)
-    packages.wants(name=f"kubelet, kubeadm, kubectl {cluster.kubernetes.version} held", wants=package_wants(cluster),
-                   lock_timeout=node.packages.lock_timeout)
-    services.wants(name="kubelet enabled", wants=[UnitWant("kubelet", enabled=True, running=None)])
+    version = cluster.kubernetes.version
     first = first_control_plane(cluster)
+    # On members, kubeadm's upgrade order (operations.kubernetes.upgrade): kubeadm, the control plane, the other
+    # members' configuration, then kubelet and kubectl; each step does nothing where the node is already there.
+    upgrade.kubeadm_first(name=f"kubeadm {version} before the cluster's upgrade",
+                          want=PackageWant("kubeadm", version, held=True), lock_timeout=node.packages.lock_timeout)
+    if first is not None:
+        upgrade.control_plane(name=f"Control plane at v{version} (kubeadm upgrade apply)", version=version,
+                              first_control_plane=first.name)
+        upgrade.node(name=f"Node configuration for v{version} (kubeadm upgrade node)", version=version,
+                     first_control_plane=first.name)
+    packages.wants(name=f"kubelet, kubeadm, kubectl {version} held", wants=package_wants(cluster),
+                   lock_timeout=node.packages.lock_timeout)
+    upgrade.kubelet_restarted(name="kubelet restarted when its binary was replaced")
+    services.wants(name="kubelet enabled", wants=[UnitWant("kubelet", enabled=True, running=None)])
     if first is None:
         return
     # Every host calls the same operations up to here (each does nothing where it does not apply), so pyinfra
@@ -305,5 +321,11 @@ def standalone() -> None:
     """
     node = node_for(host)
     cluster = cluster_for(host)
-    commands.use_request(commands.this_host(), request(node, cluster))
+    target = commands.this_host()
+    commands.use_request(target, request(node, cluster))
+    # The pipeline's preflight refuses a version move kubeadm does not make; alone, the stage checks that itself.
+    refused = kubernetes_findings(cluster, commands.current_state(target, request(node, cluster)))
+    if refused:
+        commands.fail(name="Kubernetes version", reason="; ".join(f.message for f in refused))
+        return
     kubernetes(_timeout=commands.deploy_timeout(host))

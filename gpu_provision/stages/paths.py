@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from gpu_provision.desired import FileWant, PackageWant, Want
 from gpu_provision.operations import packages
+from gpu_provision.operations.kubernetes import upgrade
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import distro, driver, kubernetes, runtime, toolkit
@@ -213,11 +214,44 @@ only checks it). The facts come from the sources below (the `source` beside each
 """
 
 
+def upgrade_commands(cluster: Cluster, manager: str, installed: str) -> list[tuple[str, list[str]]]:
+    """What a member runs when the file's Kubernetes version is not its ``installed`` one (each step on every
+    member in turn, as :mod:`gpu_provision.operations.kubernetes.upgrade` orders them): ``(where, commands)``."""
+    version = cluster.kubernetes.version
+    names = ("kubelet", "kubeadm", "kubectl", "cri-tools", "kubernetes-cni")
+    # Only the upstream part of the installed version decides the steps (its release suffix shows nowhere).
+    state = NodeStateData({"packages": {"manager": manager, "packages": {
+        n: {"version": f"{installed}-1.1", "held": True} for n in names}}})
+    others = [w for w in kubernetes.package_wants(cluster) if w.name != "kubeadm"]
+    return [
+        ("every member", packages.plan([PackageWant("kubeadm", version, held=True)], state, False)),
+        ("the first control plane", [upgrade.logged(upgrade.apply_command(version))]),
+        ("every other member", [upgrade.logged(upgrade.steps()["other_nodes"])]),
+        ("every member", packages.plan(others, state, False)),
+        ("every member whose kubelet still runs its replaced binary", [upgrade.steps()["kubelet_restart"]]),
+    ]
+
+
+def _upgrade_section(cluster: Cluster) -> str:
+    version = cluster.kubernetes.version
+    lines = [f"## Kubernetes on a member moved to {version}\n",
+             "A node already in the cluster, here at 1.36.3 (source `kubeadm-upgrade`): the steps run in this order, "
+             "each on every node it names before the next starts. A rollout drains each node first and takes the "
+             "control planes before the workers; preflight refuses a minor downgrade or a skipped minor.\n"]
+    for manager in ("apt", "dnf"):
+        lines.append(f"### {manager}\n")
+        for where, commands in upgrade_commands(cluster, manager, "1.36.3"):
+            lines.append(f"On {where}:\n\n```sh\n" + "\n".join(commands) + "\n```\n")
+    return "\n".join(lines)
+
+
 def render(cluster: Cluster, node_name: str = "h200-01") -> str:
-    """The whole page: the sources, then every path."""
+    """The whole page: the sources, then every path, then a member's Kubernetes upgrade."""
     node = cluster.node(node_name)
     out = [HEADER.format(node=node_name, sources=_sources())]
     for name, manager, system, choice in [*paths(), *distro_paths(), *preinstalled_paths()]:
         out.append(f"## {name}: {choice.title}\n")
         out.append(render_path(node, cluster, manager, system, choice))
+    if kubernetes.manages(cluster):
+        out.append(_upgrade_section(cluster))
     return "\n".join(out).rstrip() + "\n"

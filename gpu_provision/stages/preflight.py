@@ -168,10 +168,11 @@ def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return []
 
 
-def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding]:
-    """Version skew the Kubernetes stage would create (``kubernetes.skew`` in packages.json, with its source):
-    kubelet newer than the API server or more minors older than the policy allows, or an installed kubelet moved
-    more than one minor at a time (or back)."""
+def kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding]:
+    """Version moves kubeadm does not make (``kubernetes.skew`` and ``kubernetes.upgrade`` in packages.json, with
+    their sources): an installed kubelet, or on a control plane the cluster itself, moved more than one minor at a
+    time or back to an earlier minor. Between patches of one minor either way is a move the upgrade steps make
+    (``operations.kubernetes.upgrade``): the first control plane upgrades before any other member changes."""
     if not cluster.kubernetes.enabled:
         return []
     skew = package_data()["kubernetes"]["skew"]
@@ -187,10 +188,10 @@ def _kubernetes_findings(cluster: Cluster, state: NodeStateData) -> list[Finding
                                               "kubeadm clusters move one minor at a time, forward only"))
     api_version = (state.section("kubernetes").get("api") or {}).get("cluster_version")
     api = minor(api_version)
-    if api is not None and not 0 <= api - want <= skew["kubelet_older_minors"]:
-        out.append(Finding("kubernetes-skew", f"the control plane runs {api_version} and the file wants kubelet "
-                                              f"{version}: kubelet may not be newer than the API server nor more "
-                                              f"than {skew['kubelet_older_minors']} minors older"))
+    if api is not None and not 0 <= want - api <= skew["upgrade_minors"]:
+        out.append(Finding("kubernetes-skew", f"the control plane runs {api_version} and the file wants {version}: "
+                                              "kubeadm upgrades a cluster one minor at a time and does not take it "
+                                              "back to an earlier minor (between patches of one minor either way)"))
     return out
 
 
@@ -213,7 +214,7 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
            *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_fabric_findings(node, state),
            *_runtime_findings(node, state),
-           *_kubernetes_findings(cluster, state)]
+           *kubernetes_findings(cluster, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "
                                       "reboot", fatal=False))

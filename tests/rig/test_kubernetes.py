@@ -5,7 +5,9 @@ kubeadm and kubectl 1.36.4-1.1 from the rig's signed pkgs.k8s.io-layout mirror, 
 join and a control-plane join with a certificate key,
 applies a CNI manifest from a file, the device plugin, team and monitoring manifests, labels the worker, and a
 second run changes nothing; once logging in as root and once as the rig's sudo user (``ops``, passwordless sudo),
-whose ``kubeadm join`` and token commands must run through sudo as every other command does. What the stand-ins cannot prove is listed in
+whose ``kubeadm join`` and token commands must run through sudo as every other command does. A change of the file's
+version then moves the running cluster by ``kubeadm upgrade``, up a patch and back (1.36.3 and 1.36.4, both in the
+mirror). What the stand-ins cannot prove is listed in
 ``rig/gpu_provision_rig/standins/kubernetes/common/standin_api.py``.
 """
 
@@ -43,7 +45,8 @@ DEPLOY = REPO / "deploys" / "cluster.py"
 STANDINS = REPO / "rig/gpu_provision_rig/standins/kubernetes"
 
 
-def cluster_file(tmp_path: Path, rig, login: str = "root", allocation: str = "device-plugin") -> Path:
+def cluster_file(tmp_path: Path, rig, login: str = "root", allocation: str = "device-plugin",
+                 version: str = "1.36.4") -> Path:
     """The rig's cluster file; under DRA the GPU node's GPUs are not shared (the DRA driver does no time-slicing
     configured this way)."""
     path = tmp_path / "cluster.yaml"
@@ -55,7 +58,7 @@ cluster:
   ssh: {{user: {login}, key: {rig.paths.client_key}, known_hosts: {rig.paths.known_hosts}}}
   controller_dirs: [{rig.paths.state}, {CNI.parent}]
   kubernetes:
-    version: "1.36.4"
+    version: "{version}"
     gpu_allocation: {allocation}
     cni: flannel
     cni_manifest: {CNI}
@@ -282,3 +285,76 @@ def test_dra_cluster_converges_lists_its_gpus_and_runs_the_workload(rig, rig_nod
     # The claims went with the pods; the node's GPUs are free again for the next claim.
     claims = ssh(CP, f"{KUBECTL} get resourceclaims -A -o name").stdout.split()
     assert claims == [], claims
+
+
+def versions_everywhere(ssh) -> dict[str, Any]:
+    """What each place says the Kubernetes version is: the cluster's (kubeadm-config), each control plane's static
+    pods, each node's kubelet as the API reports it, and each node's packages."""
+    config = json.loads(ssh(CP, f"{KUBECTL} get configmap kubeadm-config -n kube-system -o json").stdout)
+    nodes = json.loads(ssh(CP, f"{KUBECTL} get nodes -o json").stdout)["items"]
+    return {
+        "cluster": json.loads(config["data"]["ClusterConfiguration"])["kubernetesVersion"],
+        "static_pods": {n.name: sorted(set(ssh(n, "grep -ho 'image: .*' /etc/kubernetes/manifests/*.yaml | "
+                                                  "sed 's/.*://'").stdout.split())) for n in (CP, CP2)},
+        "kubelets": {n["metadata"]["name"]: n["status"]["nodeInfo"]["kubeletVersion"] for n in nodes},
+        "packages": {n.name: ssh(n, "dpkg-query -W -f '${Package}=${Version} ' kubeadm kubectl kubelet; "
+                                    "apt-mark showhold | grep -xcE 'kube(adm|ctl|let)'").stdout.split()
+                     for n in RIG_NODES},
+    }
+
+
+def wait_for_kubelets(ssh, version: str) -> dict[str, Any]:
+    """The versions, once every kubelet reports ``version`` (a restarted kubelet registers again), or after 90 s."""
+    deadline = time.monotonic() + 90
+    while True:
+        found = versions_everywhere(ssh)
+        if set(found["kubelets"].values()) == {version} or time.monotonic() > deadline:
+            return found
+        time.sleep(2)
+
+
+def test_a_version_change_moves_the_cluster_by_kubeadm_upgrade_and_back(rig, rig_nodes, ssh, reset_node, tmp_path):
+    """1.36.3 -> 1.36.4 -> 1.36.3 (both published patches, packages.json ``kubeadm-upgrade``) by plain pyinfra:
+    kubeadm first, ``kubeadm upgrade apply`` on the first control plane, ``kubeadm upgrade node`` on the others,
+    then kubelet and kubectl held at the new version and each kubelet restarted, since the package does not restart
+    it; the cluster, both control planes' static pods and every kubelet then run the file's version, drift finds
+    nothing and a second run changes nothing. Up as root, back as the sudo user (``ops``), so each login runs every
+    step. A minor downgrade is refused before anything changes."""
+    for node in RIG_NODES:
+        reset_node(node.name)
+    build_mirror(rig.paths.mirror)
+    first = run_pyinfra(cluster_file(tmp_path, rig, SUDO_USER, version="1.36.3"), DEPLOY, tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = wait_for_kubelets(ssh, "v1.36.3")
+    assert before["cluster"] == "v1.36.3" and set(before["kubelets"].values()) == {"v1.36.3"}, before
+
+    for version, login in (("1.36.4", "root"), ("1.36.3", SUDO_USER)):
+        cluster = cluster_file(tmp_path, rig, login, version=version)
+        moved = run_pyinfra(cluster, DEPLOY, tmp_path)
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        found = wait_for_kubelets(ssh, f"v{version}")
+        assert found["cluster"] == f"v{version}", found
+        assert found["static_pods"] == {CP.name: [f"v{version}"], CP2.name: [f"v{version}"]}, found
+        assert found["kubelets"] == {n.name: f"v{version}" for n in RIG_NODES}, found
+        packages = [f"kubeadm={version}-1.1", f"kubectl={version}-1.1", f"kubelet={version}-1.1", "3"]
+        assert found["packages"] == {n.name: packages for n in RIG_NODES}, found
+        # kubeadm's own words, in the log the step keeps: apply on the first control plane, node on the others.
+        applied = ssh(CP, "cat /var/log/gpu-provision-kubeadm-upgrade.log").stdout
+        assert f'A control plane node of your cluster was upgraded to "v{version}"' in applied, applied
+        for node in (CP2, GPU):
+            log = ssh(node, "cat /var/log/gpu-provision-kubeadm-upgrade.log").stdout
+            assert "The configuration for this node was successfully upgraded!" in log, (node.name, log)
+        # Each kubelet runs the binary its package installed (restarted after the package, which does not).
+        for node in RIG_NODES:
+            started = ssh(node, "systemctl show -p ExecMainStartTimestampMonotonic --value kubelet; "
+                                "cut -d' ' -f1 /proc/uptime; stat -c %Z /usr/bin/kubelet; date +%s")
+            start_us, uptime, changed, now = started.stdout.split()
+            assert float(now) - float(uptime) + int(start_us) / 1e6 >= int(changed) - 1, (node.name, started.stdout)
+        assert_converged(cluster, tmp_path)
+
+    # A minor back is refused before anything changes: the cluster stays at 1.36.3.
+    refused = run_pyinfra(cluster_file(tmp_path, rig, "root", version="1.35.9"), DEPLOY, tmp_path)
+    assert refused.returncode != 0
+    assert "kubeadm upgrades a cluster one minor at a time and does not take it back" in refused.stdout + \
+        refused.stderr, refused.stdout + refused.stderr
+    assert versions_everywhere(ssh)["cluster"] == "v1.36.3"

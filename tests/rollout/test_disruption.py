@@ -26,6 +26,8 @@ ROWS = [
     ("package", "containerd.io", "runtime-restart"),
     ("package", "docker-ce", "runtime-restart"),
     ("package", "docker.io", "runtime-restart"),
+    ("package", "kubelet", "runtime-restart"),
+    ("k8s-version", "control plane", "runtime-restart"),
     ("file", "/etc/modprobe.d/gpu-provision-nvidia.conf", "gpu-idle"),
     ("file", "/etc/containerd/conf.d/99-nvidia.toml", "runtime-restart"),
     ("file", "/etc/docker/daemon.json", "runtime-restart"),
@@ -53,7 +55,7 @@ def test_each_row_classes_its_change(kind: str, item: str, disruption: str) -> N
 
 @pytest.mark.parametrize(("kind", "item"), [
     ("package", "linux-headers-6.8.0-47-generic"),  # headers alone change nothing that runs
-    ("package", "kubelet"),
+    ("package", "kubeadm"),  # the tool alone: what it upgrades shows as kubelet and the cluster's version
     ("package-hold", "nvidia-driver-580-server"),  # a hold is bookkeeping
     ("file", "/etc/gpu-provision/mig-layout.yaml"),  # the layout changes GPUs only through a mig-layout difference
     ("file-mode", "/etc/containerd/config.toml"),

@@ -113,14 +113,16 @@ def test_a_probe_that_timed_out_stops_the_node_naming_the_command() -> None:
 
 def test_kubernetes_version_skew_is_refused() -> None:
     """The file wants 1.36.4: an installed kubelet two minors back, or newer, stops the node; one minor back is an
-    upgrade kubeadm allows. A control plane older than the wanted kubelet, or four minors newer, stops it too."""
+    upgrade kubeadm allows. A control plane one minor back is upgraded (kubeadm upgrade apply), a patch back or ahead
+    moved to the file's patch; two minors back, or a later minor (a minor downgrade), stop the node."""
     assert CLUSTER.kubernetes.version == "1.36.4"
     for installed, refused in (("1.34.2-1.1", True), ("1.37.0-1.1", True), ("1.35.9-1.1", False),
                                ("1.36.4-1.1", False)):
         raw = fresh("debian12", gpus=8)
         raw["packages"]["packages"]["kubelet"] = {"version": installed, "held": True}
         assert (("kubernetes-skew", True) in _findings(H200, raw)) is refused, installed
-    for api, refused in (("v1.35.9", True), ("v1.36.4", False), ("v1.39.0", False), ("v1.40.1", True)):
+    for api, refused in (("v1.34.8", True), ("v1.35.9", False), ("v1.36.3", False), ("v1.36.4", False),
+                         ("v1.36.5", False), ("v1.37.1", True)):
         raw = fresh("debian12", gpus=8)
         raw["kubernetes"] = {"api": {"cluster_version": api}}
         assert (("kubernetes-skew", True) in _findings(H200, raw)) is refused, api

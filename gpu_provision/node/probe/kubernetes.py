@@ -102,8 +102,36 @@ def _cluster_version():
     return None
 
 
+def _boot_time():
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("btime "):
+                return int(line.split()[1])
+    raise ValueError("no btime in /proc/stat")
+
+
+def _kubelet_restart_due(binary):
+    """True when kubelet's main process started before ``binary`` was last replaced, False when it started after,
+    None when kubelet is not running or either time cannot be read."""
+    rc, text = _command.run(["systemctl", "show", "--property=MainPID,ExecMainStartTimestampMonotonic", "kubelet"],
+                            stderr="drop")
+    if rc != 0:
+        return None
+    props = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    try:
+        if int(props.get("MainPID") or 0) == 0:
+            return None
+        # The monotonic clock counts from boot, as btime (whole seconds) dates it: a second of slack either way.
+        started = _boot_time() + int(props["ExecMainStartTimestampMonotonic"]) / 1e6
+        replaced = os.stat(binary).st_ctime
+    except (OSError, KeyError, ValueError):
+        return None
+    return replaced > started + 1
+
+
 def collect(request):
-    """Membership, addresses and (with an admin kubeconfig) the API's nodes, managed objects and DaemonSets."""
+    """Membership, addresses, whether kubelet runs a replaced binary, and (with an admin kubeconfig) the API's
+    nodes, managed objects and DaemonSets."""
     out = {
         "addresses": _addresses(),
         "module_features": _features(),
@@ -111,7 +139,11 @@ def collect(request):
         "kubelet_conf": os.path.exists(KUBELET_CONF),
         "api": None,
         "api_error": None,
+        "kubelet_restart_due": None,
     }
+    binary = (request or {}).get("kubelet_binary")
+    if binary and (out["admin_conf"] or out["kubelet_conf"]):
+        out["kubelet_restart_due"] = _kubelet_restart_due(binary)
     if out["admin_conf"]:
         try:
             out["api"] = _api()

@@ -65,7 +65,9 @@ start, so the device plugin, DRA plugin, DCGM exporter and CNI pods are never ex
 plugins' parts in the API), no server-side schema validation or defaulting (the project's tests validate manifests
 against the real OpenAPI schemas instead), YAML manifests are not read (the project writes JSON; upstream CNI YAML
 is not parsed), a joined control plane does not run a second API replica,
-``kubeadm upgrade`` is not implemented, and containerd is not contacted (the CRI preflight check is skipped).
+``kubeadm upgrade apply``/``node`` rewrite the static pod manifests and the kubeadm-config ConfigMap under
+kubeadm's version policy and with its messages, but pull no image and restart no component (nothing runs from the
+manifests), and containerd is not contacted (the CRI preflight check is skipped).
 ``common/cni-flannel-standin.json`` (in the source tree, not in a package) is the flannel manifest cut down to
 what the stand-ins read, for rig cluster files (``kubernetes.cni_manifest``): nodes on the rig cannot download
 the upstream one.
