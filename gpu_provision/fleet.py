@@ -24,6 +24,7 @@ from pyinfra.api.operations import run_host_op
 from pyinfra.context import ctx_host, ctx_state
 
 from gpu_provision.errors import GpuProvisionError
+from gpu_provision.facts.state import mark_executing
 from gpu_provision.operations.remote import StatusCommand, outcome, text_of, without_status
 
 T = TypeVar("T")
@@ -172,11 +173,17 @@ class Reached:
         first = len(self.host.op_hash_order)
         with ctx_state.use(self.state), ctx_host.use(self.host):
             returned = deploy(*args, **kwargs)
-            for op_hash in self.host.op_hash_order[first:]:
-                self.log.last_failure = None  # told by the operation's own commands
-                if not run_host_op(self.state, self.host, op_hash):
-                    self.log.failed_operation = ", ".join(self.state.get_op_meta(op_hash).names) or op_hash
-                    return returned, False
+            # The operations run now, each reading the node as the ones before left it: the same execution phase
+            # pyinfra's CLI gives them (facts.state.executing), marked on this host alone.
+            mark_executing(self.host, True)
+            try:
+                for op_hash in self.host.op_hash_order[first:]:
+                    self.log.last_failure = None  # told by the operation's own commands
+                    if not run_host_op(self.state, self.host, op_hash):
+                        self.log.failed_operation = ", ".join(self.state.get_op_meta(op_hash).names) or op_hash
+                        return returned, False
+            finally:
+                mark_executing(self.host, False)
         return returned, True
 
 

@@ -53,6 +53,19 @@ class NodeState(FactBase):
 # Per-host caches live on the host objects themselves: keys such as id(host) could be reused by a later host.
 _CACHE_ATTR = "_gpu_provision_state"
 _GENERATION_ATTR = "_gpu_provision_state_generation"
+_EXECUTING_ATTR = "_gpu_provision_executing"
+
+
+def executing(host: Any) -> bool:
+    """Whether ``host``'s operations are executing rather than being prepared: pyinfra's execution phase, or a
+    fleet run executing one host's operations (:meth:`gpu_provision.fleet.Reached.apply`), where pyinfra's own flag
+    stays off because the run's state is shared by hosts still declaring theirs."""
+    return bool(getattr(host.state, "is_executing", False) or getattr(host, _EXECUTING_ATTR, False))
+
+
+def mark_executing(host: Any, on: bool) -> None:
+    """Set or clear the fleet run's execution mark on ``host`` (see :func:`executing`)."""
+    setattr(host, _EXECUTING_ATTR, on)
 
 
 def invalidate(host: Any) -> None:
@@ -65,8 +78,7 @@ def node_state(host: Any, request: Request) -> NodeStateData:
 
     A cached answer to a larger request serves a smaller one.
     """
-    state = host.state
-    key = (bool(getattr(state, "is_executing", False)), getattr(host, _GENERATION_ATTR, 0))
+    key = (executing(host), getattr(host, _GENERATION_ATTR, 0))
     cached = getattr(host, _CACHE_ATTR, None)
     if cached and cached[0][:2] == key and Request.from_json(cached[0][2]).covers(request):
         return cached[1]

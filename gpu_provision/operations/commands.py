@@ -16,7 +16,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.context import ctx_host
 
-from gpu_provision.facts.state import invalidate, node_state
+from gpu_provision.facts.state import executing, invalidate, node_state
 from gpu_provision.operations import atomic
 from gpu_provision.operations.reboot import reboot_and_wait
 from gpu_provision.operations.remote import run_on_host
@@ -74,7 +74,7 @@ def mark_changed(target: Any) -> None:
 
     Only during execution: at prepare time nothing has run yet, so invalidating would re-probe an unchanged node.
     """
-    if getattr(target.state, "is_executing", False):
+    if executing(target):
         invalidate(target)
 
 

@@ -15,6 +15,7 @@ from pyinfra.api import operation
 
 from gpu_provision.desired import FileWant, request_for
 from gpu_provision.diff import file_diff
+from gpu_provision.facts.state import executing
 from gpu_provision.operations import atomic
 from gpu_provision.operations.commands import current_state, mark_changed, this_host
 from gpu_provision.state import FileState, NodeStateData, Request
@@ -31,7 +32,7 @@ def _phase_paths(target: Any) -> set[str]:
     if registry is None:
         registry = {}
         setattr(target, _CHANGED_ATTR, registry)
-    return registry.setdefault(bool(getattr(target.state, "is_executing", False)), set())
+    return registry.setdefault(executing(target), set())
 
 
 def record_changed(target: Any, paths: Iterable[str]) -> None:
@@ -114,7 +115,7 @@ def wants(wants: Sequence[FileWant] | Callable[[NodeStateData], Sequence[FileWan
         return
     changing = content_changes(wanted, state)
     config = getattr(host.state, "config", None)  # a state without one (a test's) asks for no diff
-    if config is not None and config.DIFF and not host.state.is_executing:
+    if config is not None and config.DIFF and not executing(host):
         show_diffs(host, [w for w in wanted if w.path in changing], request or Request())
     record_changed(host, changing)
     mark_changed(host)

@@ -267,3 +267,43 @@ def test_known_hosts_are_read_in_one_pass_with_the_lookups_paramiko_gives(tmp_pa
         if mine is not None:
             assert dict(mine) == dict(theirs), name
     assert len(ours._entries) == 303  # type: ignore[attr-defined]  # the repeated line is dropped
+
+
+def test_apply_executes_a_hosts_operations_as_pyinfra_does_reading_the_node_again_after_a_change():
+    """A rollout applies a node's deploy through the fleet run, whose shared state never enters pyinfra's execution
+    phase: the host is marked as executing while its operations run, so an operation that changed the node makes
+    the next one read it again (a kubelet restart decided from the package the previous operation installed), and
+    the mark is gone afterwards."""
+    from pyinfra.api import operation
+
+    from gpu_provision.facts.state import executing
+    from gpu_provision.operations.commands import mark_changed, this_host
+    from gpu_provision.operations.files import changed_paths, record_changed
+
+    seen: list[tuple[str, bool]] = []
+
+    @operation()
+    def change():
+        host = this_host()
+        seen.append(("change", executing(host)))
+        record_changed(host, ["/etc/changed"])
+        mark_changed(host)
+        yield "true"
+
+    @operation()
+    def after():
+        host = this_host()
+        seen.append(("after", executing(host), sorted(changed_paths(host))))
+        yield "true"
+
+    def deploy() -> None:
+        change()
+        after()
+
+    def work(reached: Reached) -> Any:
+        _, ok = reached.apply(deploy)
+        return ok, executing(reached.host)
+
+    (result,) = run_fleet(Inventory((["@local"], {})), work).hosts
+    assert result.value == (True, False)
+    assert seen == [("change", True), ("after", True, ["/etc/changed"])]

@@ -16,7 +16,9 @@ included. What the stand-ins cannot prove is listed in
    shows it, a re-run skips it; once the budget is gone, ``--retry-failed`` resumes it first and rolls the rest.
 3. The rollback: driver 580.159.04 → 580.126.09 with a MIG change, rolled out as the upgrade was; and a driver
    taken down and up again on one node by plain pyinfra.
-4. A deploy step that fails on the node: the rollout's reason names the operation, the command, its exit status and
+4. A Kubernetes version change (1.36.4 → 1.36.3 → 1.36.4): the control plane alone first (``kubeadm upgrade
+   apply``), then the workers two at a time (``kubeadm upgrade node``), each kubelet at the new version.
+5. A deploy step that fails on the node: the rollout's reason names the operation, the command, its exit status and
    the last lines it printed.
 """
 
@@ -58,7 +60,7 @@ DONE_PATH = ["upgrade-required", "cordon-required", "wait-for-jobs-required", "a
 
 
 def cluster_doc(rig: Any, nodes: list[RigNode], driver: str, layout: dict[str, int],
-                wait_timeout: int = 15) -> dict[str, Any]:
+                wait_timeout: int = 15, kubernetes: str = "1.36.4") -> dict[str, Any]:
     cp, *gpus = nodes
     return {
         "version": "v1",
@@ -66,7 +68,7 @@ def cluster_doc(rig: Any, nodes: list[RigNode], driver: str, layout: dict[str, i
             "name": "rig-rollout",
             "ssh": {"user": "root", "key": str(rig.paths.client_key), "known_hosts": str(rig.paths.known_hosts)},
             "controller_dirs": controller_dirs(rig),
-            "kubernetes": {"version": "1.36.4", "cni": "flannel", "cni_manifest": str(CNI)},
+            "kubernetes": {"version": kubernetes, "cni": "flannel", "cni_manifest": str(CNI)},
             "mirrors": {"cuda": {"url": CUDA_MIRROR, "key_url": CUDA_MIRROR + "gpu-provision-rig.pub"},
                         "kubernetes": {"url": K8S_MIRROR, "key_url": K8S_MIRROR + "Release.key"},
                         "registry": "registry.rig.invalid:5000",
@@ -91,9 +93,9 @@ class Site:
         self.env = {**os.environ, "GPU_PROVISION_CLUSTER": str(self.cluster), "GPU_PROVISION_STAGES": STAGES,
                     "COLUMNS": "200"}
 
-    def write(self, driver: str, layout: dict[str, int], wait_timeout: int = 15) -> None:
-        self.cluster.write_text(json.dumps(cluster_doc(self.rig, self.nodes, driver, layout, wait_timeout),
-                                           indent=1))
+    def write(self, driver: str, layout: dict[str, int], wait_timeout: int = 15, kubernetes: str = "1.36.4") -> None:
+        self.cluster.write_text(json.dumps(cluster_doc(self.rig, self.nodes, driver, layout, wait_timeout,
+                                                       kubernetes), indent=1))
 
     def pyinfra(self, *limit: str) -> subprocess.CompletedProcess[str]:
         """Plain ``pyinfra -y inventory.py deploys/gpu_node.py``, on the nodes named in ``limit`` alone if any."""
@@ -455,3 +457,39 @@ def test_a_failing_step_says_which_command_failed_and_how(site):
     code, doc, output = site.rollout("--limit", limit, "--retry-failed")
     assert code == 0, output[-8000:]
     assert driver_of(site, g1) == (NEW, f"{NEW}-1", True)
+
+
+def test_a_kubernetes_version_rolls_the_control_plane_first_then_the_workers(site):
+    """A patch back and forward again (1.36.4 → 1.36.3 → 1.36.4) through ``gpu-provision rollout``: kubelet's
+    package changes class the nodes ``runtime-restart``, so the control plane goes alone in the first batch (its
+    deploy runs ``kubeadm upgrade apply``) and the workers follow two at a time (``kubeadm upgrade node``); every
+    node is cordoned, changed, verified and uncordoned, and ends with the cluster, its kubelet and its held packages
+    at the file's version. The driver and the MIG layouts are left as they are."""
+    driver = driver_of(site, site.gpus[0])[0]
+    layout = A if placed(site.ssh, site.gpus[0]) == ["3g.71gb", "3g.71gb"] else B
+    g1, g2, g3, g4 = site.gpus
+    for version in ("1.36.3", "1.36.4"):
+        site.write(driver, layout, kubernetes=version)
+        code, doc, output = site.rollout()
+        assert code == 0, output[-8000:]
+        assert doc["batches"] == [{"index": 1, "nodes": [site.cp.name]}, {"index": 2, "nodes": [g1.name, g2.name]},
+                                  {"index": 3, "nodes": [g3.name, g4.name]}], doc["batches"]
+        for node in site.gpus:
+            assert [s for s, _ in states(doc)[node.name]] == DONE_PATH, states(doc)[node.name]
+        config = json.loads(site.kubectl("get configmap kubeadm-config -n kube-system -o json").stdout)
+        assert json.loads(config["data"]["ClusterConfiguration"])["kubernetesVersion"] == f"v{version}"
+        deadline = time.monotonic() + 60
+        while True:  # each kubelet reports its version when it registers again after its restart
+            nodes = site.nodes_json()
+            kubelets = {name: obj["status"]["nodeInfo"]["kubeletVersion"] for name, obj in nodes.items()}
+            if set(kubelets.values()) == {f"v{version}"} or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert kubelets == {n.name: f"v{version}" for n in site.nodes}, kubelets
+        for node in site.nodes:
+            held = site.ssh(node, "dpkg-query -W -f '${Version} ' kubeadm kubelet kubectl; apt-mark showhold | "
+                                  "grep -xcE 'kube(adm|ctl|let)'").stdout.split()
+            assert held == [f"{version}-1.1"] * 3 + ["3"], (node.name, held)
+        for name, obj in nodes.items():
+            assert not obj["spec"].get("unschedulable"), name
+        assert driver_of(site, g1)[0] == driver

@@ -12,7 +12,7 @@ from typing import Any
 
 from pyinfra.api import operation
 
-from gpu_provision.facts.state import invalidate
+from gpu_provision.facts.state import executing, invalidate
 from gpu_provision.k8s.nodes import taint_objects
 from gpu_provision.operations.commands import mark_changed, this_host
 from gpu_provision.operations.kubernetes.probe import KUBECTL, control_plane_api
@@ -74,7 +74,7 @@ def node_labels(wanted: Mapping[str, tuple[dict[str, str], tuple[str, ...]]]):
         labels.node_labels(name="Node labels", wanted={"h200-01": ({"nvidia.com/gpu.present": "true"}, ())})
     """
     host = this_host()
-    if host.state.is_executing:
+    if executing(host):
         invalidate(host)
     api = yield from control_plane_api(host, "node labels")
     if api is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from gpu_provision.facts.state import executing
 from gpu_provision.operations.commands import current_state, fail_command
 from gpu_provision.state import NodeStateData, Request
 
@@ -37,7 +38,7 @@ def api_or_fail(host: Any, state: NodeStateData, what: str) -> tuple[dict[str, A
     if section.get("api") is not None:
         return section["api"], None
     if not section.get("admin_conf"):
-        if host.state.is_executing:
+        if executing(host):
             return None, fail_command(f"{what}: {ADMIN_CONF} missing (kubeadm init did not run)")
         # At prepare time a control plane that is about to be initialised has no API yet.
         return {"nodes": {}, "objects": {}, "daemonsets": []}, None
