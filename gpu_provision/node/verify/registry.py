@@ -16,12 +16,14 @@ so collecting evidence from a node in trouble never waits on a GPU that may hang
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from . import checks, labels, slices
 from .report import Check, Recorder, skipped
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # no typing (nor dataclasses) at run time: see report.Check
-    from typing import Any, Callable, Dict, List, Mapping, Tuple, Union
+    from typing import Any, Callable, Dict, List, Mapping, Union
 
     Checks = Union[Check, List[Check]]
 
@@ -40,7 +42,8 @@ class Subject:
         return {"gpu": self.labels["gpu"]} if "gpu" in self.labels else {}
 
 
-class Row:
+class Row(namedtuple("Row", "id each needs check ids guarded new_pass workload",
+                     defaults=((), True, False, False))):
     """One registered check.
 
     ``id``: the row's name; a check that raises is recorded as a failed check with this id (for a ``guarded`` row).
@@ -51,24 +54,11 @@ class Row:
     ``new_pass``: start a new pass over the subjects rather than join the rows of the same kind just before.
     ``workload``: the row runs work on the GPUs or the runtime rather than reading state (left out of
     :data:`STATE_CHECKS`).
+
+    A named tuple rather than a dataclass: see :class:`~.report.Check`.
     """
 
-    __slots__ = ("id", "each", "needs", "check", "ids", "guarded", "new_pass", "workload")
-
-    def __init__(self, id: str, each: str, needs: Tuple[str, ...], check: Callable[..., Checks],
-                 ids: Tuple[str, ...] = (), guarded: bool = True, new_pass: bool = False,
-                 workload: bool = False) -> None:
-        self.id = id
-        self.each = each
-        self.needs = needs
-        self.check = check
-        self.ids = ids
-        self.guarded = guarded
-        self.new_pass = new_pass
-        self.workload = workload
-
-    def __repr__(self) -> str:
-        return f"Row({self.id!r}, {self.each!r}, {self.needs!r})"
+    __slots__ = ()
 
     @property
     def produces(self) -> tuple[str, ...]:
