@@ -25,7 +25,7 @@ from pathlib import Path
 
 import gpu_provision
 import gpu_provision_rig
-from gpu_provision_rig import aptproxy, cgroups, network, sshkeys
+from gpu_provision_rig import aptproxy, cgroups, limits, network, sshkeys
 from gpu_provision_rig.base import ensure_base
 from gpu_provision_rig.config import (
     BRIDGE_ADDRESS,
@@ -158,6 +158,7 @@ class Rig:
             for d in (self.paths.run, self.paths.logs):
                 d.mkdir(parents=True, exist_ok=True)
             sshkeys.make_key(self.paths.client_key, "gpu-provision-rig")
+            limits.ensure_inotify_instances()
             network.ensure_network()
             aptproxy.start_proxy(self.paths)
             self._serve_mirror()

@@ -182,3 +182,17 @@ def test_forwarder_refuses_addresses_outside_its_ranges(listen, target, message)
                           text=True, cwd=REPO, timeout=30)
     assert proc.returncode == 2
     assert message in proc.stderr
+
+
+def test_the_inotify_instance_limit_is_raised_never_lowered(tmp_path: Path) -> None:
+    """Every node's systemd holds inotify instances charged to root; Debian's 128 stops about the 16th node."""
+    from gpu_provision_rig.limits import ensure_inotify_instances
+
+    limit = tmp_path / "max_user_instances"
+    limit.write_text("128\n")
+    assert ensure_inotify_instances(limit, minimum=1024) == 1024
+    assert limit.read_text() == "1024\n"
+    limit.write_text("4096\n")
+    assert ensure_inotify_instances(limit, minimum=1024) == 4096
+    assert limit.read_text() == "4096\n"  # never lowered
+    assert ensure_inotify_instances(tmp_path / "absent") is None
