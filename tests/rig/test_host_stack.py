@@ -20,7 +20,8 @@ import yaml
 from clusterdirs import controller_dirs
 
 from gpu_provision.stages.pipeline import HOST_STACK
-from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.config import SUDO_USER, RigNode
+from gpu_provision_rig.mirror import build_mirror
 
 pytestmark = [pytest.mark.rig, pytest.mark.slow]
 
@@ -55,10 +56,11 @@ def cluster_file(rig, rig_nodes, tmp_path_factory) -> Path:  # type: ignore[no-u
 
 @pytest.fixture
 def drift(cluster_file):  # type: ignore[no-untyped-def]
-    """Runs ``gpu-provision drift --json`` for the host-stack stages; returns (exit status, {node: differences})."""
+    """Runs ``gpu-provision drift --json`` for the host-stack stages against the module's cluster file (or the one
+    given); returns (exit status, {node: differences})."""
 
-    def run() -> tuple[int, dict[str, list[dict[str, object]]]]:
-        argv = [sys.executable, "-m", "gpu_provision.cli", "drift", "--cluster", str(cluster_file), "--json",
+    def run(path: Path = cluster_file) -> tuple[int, dict[str, list[dict[str, object]]]]:
+        argv = [sys.executable, "-m", "gpu_provision.cli", "drift", "--cluster", str(path), "--json",
                 *(arg for stage in HOST_STACK for arg in ("--stage", stage)), str(REPO / "inventory.py")]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
         report = json.loads(proc.stdout)
@@ -168,3 +170,35 @@ def test_container_through_the_nvidia_runtime_sees_the_gpu(deployment, ssh):  # 
     listed = run.stdout.split()
     # nvidia is Docker's default runtime: no --runtime flag needed; only the asked-for GPU is visible.
     assert "nvidia0" in listed and "nvidiactl" in listed and "nvidia1" not in listed
+
+
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1")
+
+
+def test_a_lower_toolkit_rolls_back_and_forward_held(rig, cluster_file, pyinfra, monkeypatch, drift, node_host,
+                                                   tmp_path):  # type: ignore[no-untyped-def]
+    """1.17.8 -> 1.17.7 -> 1.17.8 (both published: NVIDIA's CHANGELOG, v1.17.7 of 2025-05-13) by plain pyinfra: the
+    four held packages move together, down as root and back as the sudo user, the runtime stays registered with
+    Docker and containerd, and drift then finds nothing. A missed package would fail apt: the stand-in toolkit
+    depends on its base at exactly its own version, as the real one does."""
+    build_mirror(rig.paths.mirror)  # a mirror served since before the stand-ins changed is brought up to date
+    doc = yaml.safe_load(cluster_file.read_text())
+    for version, login in (("1.17.7", "root"), ("1.17.8", SUDO_USER)):
+        doc["defaults"]["toolkit"]["version"] = version
+        doc["cluster"]["ssh"]["user"] = login
+        moved = tmp_path / f"cluster-{version}.yaml"
+        moved.write_text(yaml.safe_dump(doc, sort_keys=False))
+        monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
+        result = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
+        assert result.returncode == 0, result.output[-6000:]
+        for node in (GPU_NODE, CONTAINERD_NODE):
+            host = node_host(node)
+            assert {name: host.package(name).version for name in TOOLKIT} == dict.fromkeys(TOOLKIT, f"{version}-1")
+            assert set(TOOLKIT) <= set(host.check_output("apt-mark showhold").split())
+            assert host.check_output("nvidia-ctk --version").startswith(
+                f"NVIDIA Container Toolkit CLI version {version}")
+        daemon = json.loads(node_host(GPU_NODE).file("/etc/docker/daemon.json").content_string)
+        assert daemon["default-runtime"] == "nvidia"
+        assert 'default_runtime_name = "nvidia"' in node_host(CONTAINERD_NODE).check_output("containerd config dump")
+        assert drift(moved) == (0, {GPU_NODE.name: [], PLAIN_NODE.name: [], CONTAINERD_NODE.name: []})

@@ -24,10 +24,10 @@ EXPECTED = {
     ("cuda", "nvidia-fabricmanager"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "libnvidia-nscq"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "datacenter-gpu-manager"): ["1:3.3.9"],
-    ("libnvidia-container", "nvidia-container-toolkit"): ["1.17.8-1"],
-    ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1"],
-    ("libnvidia-container", "libnvidia-container-tools"): ["1.17.8-1"],
-    ("libnvidia-container", "libnvidia-container1"): ["1.17.8-1"],
+    ("libnvidia-container", "nvidia-container-toolkit"): ["1.17.8-1", "1.17.7-1"],
+    ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1", "1.17.7-1"],
+    ("libnvidia-container", "libnvidia-container-tools"): ["1.17.8-1", "1.17.7-1"],
+    ("libnvidia-container", "libnvidia-container1"): ["1.17.8-1", "1.17.7-1"],
 }
 
 
@@ -104,7 +104,7 @@ def test_changed_source_rebuilds_only_that_package(tmp_path: Path) -> None:
     hook.write_text(hook.read_text() + "# changed\n")
     second = {d.path: d.path.stat().st_mtime_ns for d in debs.build_all(out, standins)}
     changed = [p.name for p in second if second[p] != first[p]]
-    assert changed == ["nvidia-container-toolkit_1.17.8-1_amd64.deb"]
+    assert sorted(changed) == ["nvidia-container-toolkit_1.17.7-1_amd64.deb", "nvidia-container-toolkit_1.17.8-1_amd64.deb"]
 
 
 # ------------------------------------------------------------------------------------------------------------
