@@ -10,11 +10,12 @@ from __future__ import annotations
 import array
 import contextlib
 import ctypes
+import threading
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
-    from typing import Any
+    from typing import Any, Callable
 
 # c[i] = a[i] + b[i] for i < n; PTX ISA 6.0 / sm_50 so that every driver since CUDA 9 can JIT it.
 VECTOR_ADD_PTX = b"""
@@ -65,6 +66,8 @@ COPY_BYTES = 1 << 30
 COPY_REPEATS = 10
 PEER_BYTES = 1 << 30
 PEER_REPEATS = 5
+#: The high bytes of the words a peer copy carries; the low byte is the source device's ordinal.
+PEER_PATTERN = 0x5A5A5A00
 
 
 def _host_ptr(buf: array.array, offset: int = 0) -> ctypes.c_void_p:
@@ -170,22 +173,40 @@ class Cuda:
         self.call("cuMemGetInfo", ctypes.byref(free), ctypes.byref(total))
         return free.value, total.value
 
+    def event(self) -> ctypes.c_void_p:
+        """A new CUDA event on the current context (destroy it with :meth:`destroy_events`)."""
+        event = ctypes.c_void_p()
+        self.call("cuEventCreate", ctypes.byref(event), 0)
+        return event
+
+    def event_ms(self, start: ctypes.c_void_p, stop: ctypes.c_void_p) -> float:
+        """Wait for ``stop``; the milliseconds between two recorded events."""
+        self.call("cuEventSynchronize", stop)
+        ms = ctypes.c_float()
+        self.call("cuEventElapsedTime", ctypes.byref(ms), start, stop)
+        return ms.value
+
+    def destroy_events(self, *events: ctypes.c_void_p) -> None:
+        """Destroy events from :meth:`event`."""
+        for event in events:
+            self.call("cuEventDestroy_v2", event)
+
+    def enable_peer_access(self, peer: ctypes.c_void_p) -> None:
+        """Let the current context reach ``peer``'s memory directly; enabled already is fine."""
+        result = self.lib.cuCtxEnablePeerAccess(peer, 0)
+        if result not in (0, 704):  # 704 = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            raise CudaError(f"cuCtxEnablePeerAccess failed: {self.error_name(result)}")
+
     def elapsed_ms(self, run: Any) -> float:
         """Time ``run()`` (which enqueues work on the null stream) with CUDA events; return milliseconds."""
-        start, stop = ctypes.c_void_p(), ctypes.c_void_p()
-        self.call("cuEventCreate", ctypes.byref(start), 0)
-        self.call("cuEventCreate", ctypes.byref(stop), 0)
+        start, stop = self.event(), self.event()
         try:
             self.call("cuEventRecord", start, None)
             run()
             self.call("cuEventRecord", stop, None)
-            self.call("cuEventSynchronize", stop)
-            ms = ctypes.c_float()
-            self.call("cuEventElapsedTime", ctypes.byref(ms), start, stop)
-            return ms.value
+            return self.event_ms(start, stop)
         finally:
-            self.call("cuEventDestroy_v2", start)
-            self.call("cuEventDestroy_v2", stop)
+            self.destroy_events(start, stop)
 
 
 def vector_add(cuda: Cuda, n: int = VECTOR_ELEMENTS) -> dict[str, Any]:
@@ -249,54 +270,6 @@ def copy_bandwidth(cuda: Cuda, nbytes: int = COPY_BYTES, repeats: int = COPY_REP
             "data_ok": all(word == 0x3F800000 for word in probe)}
 
 
-def peer_copy(cuda: Cuda, src_dev: int, dst_dev: int, nbytes: int = PEER_BYTES,
-              repeats: int = PEER_REPEATS) -> dict[str, Any]:
-    """Check peer access from ``src_dev`` to ``dst_dev`` and time ``cuMemcpyPeerAsync`` (GB/s, one direction).
-
-    Peer access is enabled in both primary contexts (a context setting, not a GPU setting) so the copy takes the
-    direct path (NVLink or PCIe P2P) where one exists; the copied data is checked at both ends.
-    """
-    can = ctypes.c_int()
-    cuda.call("cuDeviceCanAccessPeer", ctypes.byref(can), src_dev, dst_dev)
-    dst_ctx = cuda.primary_context(dst_dev)
-    src_ctx = cuda.primary_context(src_dev)
-    if can.value:
-        for ctx_here, ctx_peer in ((src_ctx, dst_ctx), (dst_ctx, src_ctx)):
-            cuda.call("cuCtxSetCurrent", ctx_here)
-            result = cuda.lib.cuCtxEnablePeerAccess(ctx_peer, 0)
-            if result not in (0, 704):  # 704 = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-                raise CudaError(f"cuCtxEnablePeerAccess failed: {cuda.error_name(result)}")
-    cuda.call("cuCtxSetCurrent", dst_ctx)
-    dst = cuda.alloc(nbytes)
-    cuda.call("cuCtxSetCurrent", src_ctx)
-    src = cuda.alloc(nbytes)
-    try:
-        cuda.call("cuMemsetD32", src, ctypes.c_uint32(0x5A5A5A5A), ctypes.c_size_t(nbytes // 4))
-        cuda.call("cuCtxSynchronize")
-
-        def copies() -> None:
-            for _ in range(repeats):
-                cuda.call("cuMemcpyPeerAsync", dst, dst_ctx, src, src_ctx, ctypes.c_size_t(nbytes), None)
-
-        copies()  # warm-up
-        cuda.call("cuCtxSynchronize")
-        ms = cuda.elapsed_ms(copies)
-        cuda.call("cuCtxSetCurrent", dst_ctx)
-        cuda.call("cuCtxSynchronize")
-        probe = array.array("I", bytes(32))
-        cuda.call("cuMemcpyDtoH", _host_ptr(probe), dst, ctypes.c_size_t(16))
-        cuda.call("cuMemcpyDtoH", _host_ptr(probe, 16), ctypes.c_uint64(dst.value + nbytes - 16),
-                  ctypes.c_size_t(16))
-    finally:
-        cuda.call("cuCtxSetCurrent", src_ctx)
-        cuda.free(src)
-        cuda.call("cuCtxSetCurrent", dst_ctx)
-        cuda.free(dst)
-    return {"can_access_peer": bool(can.value), "bytes_per_copy": nbytes, "repeats": repeats, "ms": ms,
-            "gbps": nbytes * repeats / (ms / 1000.0) / 1e9,
-            "data_ok": all(word == 0x5A5A5A5A for word in probe)}
-
-
 def probe_devices(library: str = "libcuda.so.1", bandwidth: bool = True) -> dict[str, Any]:
     """Run the vector add (and the copy bandwidth) on every device CUDA sees in this process.
 
@@ -332,28 +305,186 @@ def probe_devices(library: str = "libcuda.so.1", bandwidth: bool = True) -> dict
     return result
 
 
-def probe_peers(library: str = "libcuda.so.1") -> dict[str, Any]:
-    """Check every ordered pair of devices for peer access and copy bandwidth."""
+def pair_rounds(count: int, together: bool) -> list[list[tuple[int, int]]]:
+    """Every ordered pair of ``count`` devices, grouped in rounds whose copies run side by side.
+
+    ``together``: no two pairs of a round share a device, so no GPU's links carry two copies at once (the circle
+    method: n - 1 rounds of n / 2 pairs for an even n, each direction in a round of its own, so 2(n - 1) rounds;
+    for an odd n one device sits out each round). Otherwise one pair a round, sources in order.
+    """
+    if not together:
+        return [[(src, dst)] for src in range(count) for dst in range(count) if src != dst]
+    seats = list(range(count)) + ([-1] if count % 2 else [])
+    rounds: list[list[tuple[int, int]]] = []
+    for _ in range(len(seats) - 1):
+        pairs = [(seats[i], seats[-1 - i]) for i in range(len(seats) // 2) if -1 not in (seats[i], seats[-1 - i])]
+        rounds += [pairs, [(dst, src) for src, dst in pairs]]
+        seats = [seats[0], seats[-1], *seats[1:-1]]
+    return [pairs for pairs in rounds if pairs]
+
+
+def retain_contexts(cuda: Cuda, devices: list[int]) -> list[ctypes.c_void_p]:
+    """Retain every device's primary context, each in a thread of its own.
+
+    Creating a context costs hundreds of milliseconds per GPU; ctypes lets go of the interpreter lock during the
+    call, so the driver may create them side by side rather than one after the other.
+    """
+    contexts = [ctypes.c_void_p() for _ in devices]
+    errors: list[str] = []
+
+    def retain(index: int) -> None:
+        try:
+            cuda.call("cuDevicePrimaryCtxRetain", ctypes.byref(contexts[index]), devices[index])
+        except CudaError as exc:
+            errors.append(f"device {index}: {exc}")
+
+    threads = [threading.Thread(target=retain, args=(index,)) for index in range(len(devices))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise CudaError("; ".join(sorted(errors)))
+    return contexts
+
+
+def _pattern(index: int) -> int:
+    """The 32-bit word device ``index`` sends: one per source, so a copy that delivered nothing is seen."""
+    return PEER_PATTERN | (index & 0xFF)
+
+
+class PeerCopies:
+    """Peer copies between the devices of this process, with their contexts already retained.
+
+    Every device holds one source buffer (filled with its own :func:`_pattern`) and one target buffer, for the
+    whole run, so a round costs the copies and not allocations. Peer access is enabled for every ordered pair
+    that has it (a context setting, not a GPU setting), so copies take the direct path (NVLink or PCIe P2P).
+    """
+
+    def __init__(self, cuda: Cuda, contexts: list[ctypes.c_void_p], nbytes: int = PEER_BYTES,
+                 repeats: int = PEER_REPEATS):
+        self.cuda, self.contexts, self.repeats = cuda, contexts, repeats
+        self.sources: list[ctypes.c_uint64] = []
+        self.targets: list[ctypes.c_uint64] = []
+        self.access: dict[tuple[int, int], bool] = {}
+        free = []
+        for ctx in contexts:
+            cuda.call("cuCtxSetCurrent", ctx)
+            free.append(cuda.mem_info()[0])
+        # An eighth of the smallest device's free memory at most, as the copy bandwidth check takes.
+        self.nbytes = min([nbytes] + [(f // 8) & ~0xFFFFF for f in free])
+
+    def __enter__(self) -> PeerCopies:
+        cuda, count = self.cuda, len(self.contexts)
+        for index, ctx in enumerate(self.contexts):
+            cuda.call("cuCtxSetCurrent", ctx)
+            self.sources.append(cuda.alloc(self.nbytes))
+            self.targets.append(cuda.alloc(self.nbytes))
+            cuda.call("cuMemsetD32", self.sources[-1], ctypes.c_uint32(_pattern(index)),
+                      ctypes.c_size_t(self.nbytes // 4))
+            cuda.call("cuMemsetD32", self.targets[-1], ctypes.c_uint32(0), ctypes.c_size_t(self.nbytes // 4))
+            cuda.call("cuCtxSynchronize")
+        for src in range(count):
+            for dst in range(count):
+                if src != dst:
+                    can = ctypes.c_int()
+                    cuda.call("cuDeviceCanAccessPeer", ctypes.byref(can), cuda.device(src), cuda.device(dst))
+                    self.access[(src, dst)] = bool(can.value)
+                    if can.value:
+                        cuda.call("cuCtxSetCurrent", self.contexts[src])
+                        cuda.enable_peer_access(self.contexts[dst])
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for ctx, buffers in zip(self.contexts, zip(self.sources, self.targets)):
+            with contextlib.suppress(CudaError):
+                self.cuda.call("cuCtxSetCurrent", ctx)
+                for buf in buffers:
+                    self.cuda.free(buf)
+
+    def _copy(self, src: int, dst: int) -> None:
+        self.cuda.call("cuMemcpyPeerAsync", self.targets[dst], self.contexts[dst], self.sources[src],
+                       self.contexts[src], ctypes.c_size_t(self.nbytes), None)
+
+    def copy_round(self, pairs: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """Copy over every pair of a round at once (a warm-up copy each, then the timed ones): every pair's
+        copies are queued on its source's stream before any is waited for. One entry per pair: the copy's GB/s
+        (bytes copied, one direction) and whether both ends of the target hold the source's words, or
+        ``error``."""
+        cuda = self.cuda
+        entries: dict[tuple[int, int], dict[str, Any]] = {
+            pair: {"src": pair[0], "dst": pair[1], "can_access_peer": self.access[pair],
+                   "bytes_per_copy": self.nbytes, "repeats": self.repeats} for pair in pairs}
+        events: dict[tuple[int, int], tuple[ctypes.c_void_p, ctypes.c_void_p]] = {}
+
+        def each(step: Callable[[int, int], None], among: list[tuple[int, int]]) -> list[tuple[int, int]]:
+            ok = []
+            for pair in among:
+                try:
+                    cuda.call("cuCtxSetCurrent", self.contexts[pair[0]])
+                    step(*pair)
+                    ok.append(pair)
+                except CudaError as exc:
+                    entries[pair]["error"] = str(exc)
+            return ok
+
+        def timed(src: int, dst: int) -> None:
+            events[(src, dst)] = start, stop = cuda.event(), cuda.event()
+            cuda.call("cuEventRecord", start, None)
+            for _ in range(self.repeats):
+                self._copy(src, dst)
+            cuda.call("cuEventRecord", stop, None)
+
+        def measured(src: int, dst: int) -> None:
+            ms = cuda.event_ms(*events[(src, dst)])
+            cuda.call("cuCtxSetCurrent", self.contexts[dst])
+            probe = array.array("I", bytes(32))
+            cuda.call("cuMemcpyDtoH", _host_ptr(probe), self.targets[dst], ctypes.c_size_t(16))
+            tail = ctypes.c_uint64(self.targets[dst].value + self.nbytes - 16)
+            cuda.call("cuMemcpyDtoH", _host_ptr(probe, 16), tail, ctypes.c_size_t(16))
+            entries[(src, dst)].update(ms=ms, gbps=self.nbytes * self.repeats / (ms / 1000.0) / 1e9,
+                                       data_ok=all(word == _pattern(src) for word in probe))
+
+        try:
+            live = each(self._copy, pairs)  # warm-up, also wakes the links
+            live = each(lambda *_: cuda.call("cuCtxSynchronize"), live)
+            live = each(timed, live)
+            each(measured, live)
+        finally:
+            for start, stop in events.values():
+                cuda.destroy_events(start, stop)
+        return list(entries.values())
+
+
+def probe_peers(library: str = "libcuda.so.1", together: bool = False,
+                ready: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Check every ordered pair of devices for peer access and copy bandwidth.
+
+    The driver starts and every device's context is retained first, then ``ready()`` is awaited where given: the
+    agent starts this probe beside the GPUs' own probes so this start overlaps theirs, and says go once they are
+    done, so no peer copy disturbs their bandwidth readings. ``ready()`` false ends the probe before any copy
+    (the agent went away). ``together`` runs the copies of disjoint pairs side by side (:func:`pair_rounds`).
+    """
     try:
         cuda = Cuda(library)
         cuda.init()
-        count = cuda.device_count()
-        bus_ids = [cuda.device_bus_id(cuda.device(i)) for i in range(count)]
+        devices = [cuda.device(i) for i in range(cuda.device_count())]
+        bus_ids = [cuda.device_bus_id(dev) for dev in devices]
+        contexts = retain_contexts(cuda, devices)
     except (OSError, CudaError) as exc:
         return {"error": str(exc)}
-    pairs = []
-    for src in range(count):
-        for dst in range(count):
-            if src == dst:
-                continue
-            entry: dict[str, Any] = {"src": src, "dst": dst, "src_bus_id": bus_ids[src], "dst_bus_id": bus_ids[dst]}
-            try:
-                entry.update(peer_copy(cuda, cuda.device(src), cuda.device(dst)))
-            except CudaError as exc:
-                entry["error"] = str(exc)
-            pairs.append(entry)
-    for ordinal in range(count):
-        # A context that was never retained has nothing to release.
-        with contextlib.suppress(CudaError):
-            cuda.release_context(cuda.device(ordinal))
-    return {"pairs": pairs}
+    try:
+        if ready is not None and not ready():
+            return {"error": "the agent went away before the peer copies"}
+        with PeerCopies(cuda, contexts) as copies:
+            pairs = [entry for pairs in pair_rounds(len(devices), together) for entry in copies.copy_round(pairs)]
+    except CudaError as exc:
+        return {"error": str(exc)}
+    finally:
+        for dev in devices:
+            # A context that was never retained has nothing to release.
+            with contextlib.suppress(CudaError):
+                cuda.release_context(dev)
+    for entry in pairs:
+        entry.update(src_bus_id=bus_ids[entry["src"]], dst_bus_id=bus_ids[entry["dst"]])
+    return {"pairs": sorted(pairs, key=lambda entry: (entry["src"], entry["dst"])), "together": together}

@@ -48,12 +48,13 @@ def verify(expect: dict[str, Any], state_only: bool = False) -> tuple[list[Check
     """Run every registered check for one node (``registry.CHECKS``), or with ``state_only`` those that start no
     work on it (``registry.STATE_CHECKS``); the checks and the report's host header."""
     node = NodeReadings(expect, self_command())
-    if not state_only:
-        node.start_background()
-    found = registry.run_checks(node, expect, registry.STATE_CHECKS if state_only else registry.CHECKS)
-    host = node.host()
-    node.close()
-    return found, host
+    try:
+        if not state_only:
+            node.start_background()
+        found = registry.run_checks(node, expect, registry.STATE_CHECKS if state_only else registry.CHECKS)
+        return found, node.host()
+    finally:
+        node.close()
 
 
 #: The agent's options: name -> (takes a value, default, help). A small parser of its own rather than argparse,
@@ -66,6 +67,8 @@ OPTIONS: dict[str, tuple[bool, Any, str]] = {
     "libcuda": (True, "libcuda.so.1", ""),
     "cuda-probe": (False, False, ""),
     "peer-probe": (False, False, ""),
+    "peer-wait": (False, False, ""),
+    "peer-rounds": (False, False, ""),
 }
 USAGE = ("usage: gpu-verify [--expect FILE] [--output FILE] [--compact] [--state]\n"
          "Verify this GPU node; print a JSON report.\n"
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(cuda.probe_devices(args.libcuda)))
         return 0
     if args.peer_probe:
-        print(json.dumps(cuda.probe_peers(args.libcuda)))
+        ready = (lambda: sys.stdin.readline().strip() == "go") if args.peer_wait else None
+        print(json.dumps(cuda.probe_peers(args.libcuda, together=args.peer_rounds, ready=ready)))
         return 0
     started, clock = utc_now(), time.perf_counter()
     node, error = os.uname().nodename, None

@@ -14,7 +14,7 @@ from functools import cached_property
 
 from ..mig.nvsmi import parse_lci, parse_lgi
 from . import nvsmi, readings, runtime, slices
-from .probes import Background, Probes, device_result, libcuda_problem, peer_probe
+from .probes import Background, PeerProbe, Probes, device_result, libcuda_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
 DEFAULT_PATHS = {"sysfs": "/sys", "dev": "/dev", "proc": "/proc", "nvidia_smi": "nvidia-smi",
                  "libcuda": "libcuda.so.1"}
 #: Readings whose work starts before the first check, so it runs while the others are taken.
-BACKGROUND = ("cuda_probes", "container_job", "node_job", "labels_job", "pod_job")
+BACKGROUND = ("cuda_probes", "container_job", "node_job", "labels_job", "pod_job", "peer_job")
 
 
 class NodeReadings:
@@ -58,10 +58,13 @@ class NodeReadings:
         return host
 
     def close(self) -> None:
-        """Shut NVML down if a check opened it."""
+        """Shut NVML down if a check opened it; end a peer probe no check asked for."""
         nvml = self.__dict__.get("nvml", (None, None))[0]
         if nvml is not None:
             nvml.close()
+        peer = self.__dict__.get("peer_job")
+        if peer is not None:
+            peer.stop()
 
     @cached_property
     def proc_version(self) -> str | None:
@@ -223,30 +226,52 @@ class NodeReadings:
         return nvsmi.parse_link_query(text or "")
 
     @cached_property
+    def whole_gpus(self) -> list[dict[str, Any]]:
+        """The GPUs without MIG: those the peer probe copies between."""
+        return [g for g in self.gpus or [] if not g.get("mig_current")]
+
+    @cached_property
+    def nvlink(self) -> dict[int, float]:
+        """Each GPU's active NVLink speed summed over its links (``nvidia-smi nvlink -s``), by GPU index."""
+        text, _ = self.smi_binary.text("nvlink", "-s")
+        return {i: sum(speeds) for i, speeds in nvsmi.parse_nvlink_status(text or "").items()}
+
+    @cached_property
+    def peer_job(self) -> PeerProbe | None:
+        """The peer-copy child, started (None with fewer than two whole GPUs or where CUDA cannot run).
+
+        Disjoint pairs copy side by side only where every whole GPU has active NVLinks: there each GPU's links
+        are its own, while PCIe pairs may share a switch or the host's root complex, and their speed would then
+        be read low.
+        """
+        whole = self.whole_gpus
+        if len(whole) < 2 or self.cuda_skip:
+            return None
+        together = all(self.nvlink.get(g["index"]) for g in whole)
+        return PeerProbe(self.relaunch, self.paths["libcuda"], [g["uuid"] for g in whole], together)
+
+    @cached_property
     def peer_pairs(self) -> list[dict[str, Any]]:
         """Every ordered pair of whole (non-MIG) GPUs with its peer probe's outcome.
 
         Each pair: ``src``, ``dst`` and either ``skip`` (CUDA unusable), ``error`` (the peer probe failed) or
         ``result`` (the copy), ``p2p`` (NVML's view), ``link_gbps`` (active NVLink) and ``duration_s`` (its share
-        of the probe's time).
+        of the probe's copying time).
         """
-        whole = [g for g in self.gpus or [] if not g.get("mig_current")]
-        if len(whole) < 2:
+        indexes = [g["index"] for g in self.whole_gpus]
+        if len(indexes) < 2:
             return []
-        indexes = [g["index"] for g in whole]
         wanted = [{"src": a, "dst": b} for a in indexes for b in indexes if a != b]
-        if self.cuda_skip:
+        job = self.peer_job
+        if job is None:
             return [dict(pair, skip=self.cuda_skip) for pair in wanted]
-        started = time.perf_counter()
-        outcome = peer_probe(self.relaunch, self.paths["libcuda"], [g["uuid"] for g in whole])
-        nvlink_text, _ = self.smi_binary.text("nvlink", "-s")
-        nvlink = {i: sum(speeds) for i, speeds in nvsmi.parse_nvlink_status(nvlink_text or "").items()}
-        elapsed = time.perf_counter() - started
+        self.cuda_results  # noqa: B018 (the GPUs' own probes end before any peer copy starts)
+        outcome = job.result()
         if "error" in outcome:
             return [dict(pair, error=outcome["error"]) for pair in wanted]
         nvml, nvml_problem = self.nvml
         pairs = []
-        # Children see the GPUs in CUDA_VISIBLE_DEVICES order, which is ``whole``'s order.
+        # Children see the GPUs in CUDA_VISIBLE_DEVICES order, which is ``whole_gpus``' order.
         for probed in outcome["pairs"]:
             src, dst = indexes[probed["src"]], indexes[probed["dst"]]
             if nvml is not None:
@@ -255,8 +280,8 @@ class NodeReadings:
             else:
                 p2p = {"skipped": nvml_problem}
             pairs.append({"src": src, "dst": dst, "result": dict(probed, src=src, dst=dst), "p2p": p2p,
-                          "link_gbps": min(nvlink.get(src, 0.0), nvlink.get(dst, 0.0)) or None,
-                          "duration_s": elapsed / max(len(outcome["pairs"]) * 2, 1)})
+                          "link_gbps": min(self.nvlink.get(src, 0.0), self.nvlink.get(dst, 0.0)) or None,
+                          "duration_s": job.seconds / max(len(outcome["pairs"]) * 2, 1)})
         return pairs
 
     @cached_property

@@ -2,8 +2,8 @@
 
 Each GPU and each MIG slice is probed by a child process of the agent that sees only that device
 (``CUDA_VISIBLE_DEVICES=<uuid>``), all children at once, so the CUDA part costs one device's time, not the sum.
-Peer copies run in one child that sees every whole GPU. The container and Kubernetes probes run in threads while
-the other readings are taken.
+Peer copies run in one child that sees every whole GPU, started with the others and told when to copy. The
+container and Kubernetes probes run in threads while the other readings are taken.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import json
 import subprocess
 import threading
 import time
-
-from .readings import run
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the agent imports no typing at run time (see report.Check)
@@ -64,16 +62,49 @@ class Probes:
         return self.results
 
 
-def peer_probe(relaunch: Relaunch, libcuda: str, uuids: list[str]) -> dict[str, Any]:
-    """Run the peer-copy child over the GPUs ``uuids`` (in that order); its JSON result, or ``{error}``."""
-    prefix, env = relaunch
-    done = run([*prefix, "--peer-probe", "--libcuda", libcuda], timeout=PROBE_TIMEOUT_S,
-               env=dict(env, CUDA_VISIBLE_DEVICES=",".join(uuids), CUDA_DEVICE_ORDER="PCI_BUS_ID"))
-    try:
-        return dict(json.loads(done.get("stdout", "").strip().splitlines()[-1]))
-    except (ValueError, IndexError):
-        return {"error": done.get("error") or f"peer probe exited {done.get('returncode')}: "
-                f"{(done.get('stderr') or '').strip()[-200:]}"}
+class PeerProbe:
+    """The peer-copy child: one process that sees every whole GPU.
+
+    Started beside the GPUs' own children, so its CUDA start and its contexts (hundreds of milliseconds a GPU)
+    overlap theirs; it copies only once :meth:`result` says go, after those children are done, so no peer copy
+    disturbs their bandwidth readings. A child never told (the agent ended first) sees its input close and exits
+    without copying.
+    """
+
+    def __init__(self, relaunch: Relaunch, libcuda: str, uuids: list[str], together: bool):
+        prefix, env = relaunch
+        argv = [*prefix, "--peer-probe", "--peer-wait", "--libcuda", libcuda, *(["--peer-rounds"] if together else [])]
+        self.seconds = 0.0
+        self.proc: subprocess.Popen[str] | None = None
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, env=dict(env, CUDA_VISIBLE_DEVICES=",".join(uuids),
+                                                             CUDA_DEVICE_ORDER="PCI_BUS_ID"))
+        except OSError as exc:
+            self.failed = f"cannot start the peer probe: {exc}"
+
+    def result(self) -> dict[str, Any]:
+        """Say go and wait: the child's JSON result, or ``{error}``; :attr:`seconds` is the time from go to its end."""
+        if self.proc is None:
+            return {"error": self.failed}
+        started = time.perf_counter()
+        try:
+            out, err = self.proc.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return {"error": f"peer probe timed out after {PROBE_TIMEOUT_S:.0f} s"}
+        finally:
+            self.seconds = time.perf_counter() - started
+        try:
+            return dict(json.loads(out.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            return {"error": f"peer probe exited {self.proc.returncode}: {err.strip()[-200:]}"}
+
+    def stop(self) -> None:
+        """End a child that is still running (never told to go, or past its time)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 def libcuda_problem(library: str) -> str | None:
