@@ -10,6 +10,7 @@ Docker is Debian's ``docker.io`` through the rig's apt proxy.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,20 +179,33 @@ TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvid
 
 def test_a_lower_toolkit_rolls_back_and_forward_held(rig, cluster_file, pyinfra, monkeypatch, drift, node_host,
                                                    tmp_path):  # type: ignore[no-untyped-def]
-    """1.17.8 -> 1.17.7 -> 1.17.8 (both published: NVIDIA's CHANGELOG, v1.17.7 of 2025-05-13) by plain pyinfra: the
-    four held packages move together, down as root and back as the sudo user, the runtime stays registered with
-    Docker and containerd, and drift then finds nothing. A missed package would fail apt: the stand-in toolkit
-    depends on its base at exactly its own version, as the real one does."""
+    """1.17.8 -> 1.17.7 -> 1.17.8 (both published: NVIDIA's CHANGELOG, v1.17.7 of 2025-05-13): the four held packages
+    move together, down through ``gpu-provision rollout`` as root and back through plain pyinfra as the sudo user;
+    the runtime stays registered with Docker and containerd, and drift then finds nothing. A missed package would
+    fail apt: the stand-in toolkit depends on its base at exactly its own version, as the real one does."""
     build_mirror(rig.paths.mirror)  # a mirror served since before the stand-ins changed is brought up to date
     doc = yaml.safe_load(cluster_file.read_text())
-    for version, login in (("1.17.7", "root"), ("1.17.8", SUDO_USER)):
+    for version, login, way in (("1.17.7", "root", "rollout"), ("1.17.8", SUDO_USER, "pyinfra")):
         doc["defaults"]["toolkit"]["version"] = version
         doc["cluster"]["ssh"]["user"] = login
         moved = tmp_path / f"cluster-{version}.yaml"
         moved.write_text(yaml.safe_dump(doc, sort_keys=False))
         monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
-        result = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
-        assert result.returncode == 0, result.output[-6000:]
+        if way == "rollout":
+            env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
+            rolled = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", str(REPO / "inventory.py"),
+                                     "--json", "--poll", "1", "--report-dir", str(tmp_path / "reports")],
+                                    capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+            assert rolled.returncode == 0, (rolled.stdout + rolled.stderr)[-6000:]
+            report = json.loads(rolled.stdout)
+            results = {n["name"]: (n["result"], n["reason"]) for n in report["nodes"]}
+            # A toolkit change disrupts nothing (its hook runs when a container starts): each node with the toolkit
+            # is changed and verified in service; the node without GPUs has nothing to change.
+            assert results[GPU_NODE.name] == results[CONTAINERD_NODE.name] == ("done", None), results
+            assert results[PLAIN_NODE.name] == ("done", "nothing to change"), results
+        else:
+            result = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
+            assert result.returncode == 0, result.output[-6000:]
         for node in (GPU_NODE, CONTAINERD_NODE):
             host = node_host(node)
             assert {name: host.package(name).version for name in TOOLKIT} == dict.fromkeys(TOOLKIT, f"{version}-1")
