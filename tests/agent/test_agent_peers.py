@@ -186,3 +186,50 @@ def test_a_peer_child_nobody_asks_for_is_ended() -> None:
     job = PeerProbe(([sys.executable, "-c", "import time; time.sleep(60)"], {}), "libcuda.so.1", ["a", "b"], True)
     job.stop()
     assert job.proc is not None and job.proc.returncode is not None
+
+
+class Recorded:
+    """Stands in for PeerProbe in NodeReadings: records how it was started and whether it was stopped."""
+
+    def __init__(self, relaunch: Any, libcuda: str, uuids: list[str], together: bool):
+        self.uuids, self.together, self.stopped = uuids, together, False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def readings_of(gpus: list[dict[str, Any]], nvlink: dict[int, float]) -> Any:
+    from gpu_provision.node.verify.node_readings import NodeReadings
+
+    node = NodeReadings({}, ([sys.executable], {}))
+    node.__dict__.update(gpus=gpus, cuda_skip=None, nvlink=nvlink)
+    return node
+
+
+def gpu(index: int, mig: bool = False) -> dict[str, Any]:
+    return {"index": index, "uuid": f"GPU-{index}", "mig_current": mig}
+
+
+@pytest.mark.parametrize(("nvlink", "together"), [
+    ({0: 478.1, 1: 478.1, 2: 478.1}, True),  # every whole GPU on NVLink (an NVSwitch board)
+    ({0: 478.1, 1: 478.1}, False),           # GPU 2 without active links: its pairs go over PCIe
+    ({}, False),                             # a PCIe board
+])
+def test_pairs_copy_side_by_side_only_where_every_gpu_has_nvlink(monkeypatch: pytest.MonkeyPatch,
+                                                                 nvlink: dict[int, float], together: bool) -> None:
+    from gpu_provision.node.verify import node_readings
+
+    monkeypatch.setattr(node_readings, "PeerProbe", Recorded)
+    node = readings_of([gpu(0), gpu(1), gpu(2), gpu(3, mig=True)], nvlink)
+    job = node.peer_job
+    assert (job.uuids, job.together) == (["GPU-0", "GPU-1", "GPU-2"], together)
+    node.close()
+    assert job.stopped
+
+
+def test_no_peer_child_for_a_single_whole_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_provision.node.verify import node_readings
+
+    monkeypatch.setattr(node_readings, "PeerProbe", Recorded)
+    node = readings_of([gpu(0), gpu(1, mig=True)], {0: 478.1, 1: 478.1})
+    assert node.peer_job is None and node.peer_pairs == []
