@@ -14,6 +14,9 @@ class Request:
     """The sections and items a probe run must read."""
 
     packages: set[str] = field(default_factory=set)
+    #: Name prefixes whose installed packages the probe lists (``nvidia-driver-pinning-``): packages a stage must
+    #: find without knowing their full names.
+    package_prefixes: set[str] = field(default_factory=set)
     files: set[str] = field(default_factory=set)
     contents: set[str] = field(default_factory=set)
     units: set[str] = field(default_factory=set)
@@ -32,8 +35,8 @@ class Request:
     def to_probe(self) -> dict[str, Any]:
         """The probe's request document."""
         out: dict[str, Any] = {"system": {"sysctls": sorted(self.sysctls)}}
-        if self.packages:
-            out["packages"] = {"names": sorted(self.packages)}
+        if self.packages or self.package_prefixes:
+            out["packages"] = {"names": sorted(self.packages), "prefixes": sorted(self.package_prefixes)}
         if self.files or self.contents:
             out["files"] = {"paths": sorted(self.files), "content": sorted(self.contents)}
         if self.units:
@@ -115,6 +118,10 @@ class NodeStateData:
         """Installed version and hold of ``name``."""
         entry = self.raw.get("packages", {}).get("packages", {}).get(name) or {}
         return PackageState(entry.get("version"), bool(entry.get("held")))
+
+    def installed_with_prefix(self, prefix: str) -> list[str]:
+        """The installed packages whose names start with ``prefix`` (asked for with ``Request.package_prefixes``)."""
+        return list(self.raw.get("packages", {}).get("prefixed", {}).get(prefix, []))
 
     def file(self, path: str) -> FileState:
         """State of ``path``."""

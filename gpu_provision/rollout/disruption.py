@@ -55,6 +55,8 @@ RULES: tuple[Rule, ...] = (
     Rule(PACKAGE, "nvidia-container-*", "none", "the toolkit's hook runs when a container starts"),
     Rule(PACKAGE, "libnvidia-container*", "none", "the toolkit's hook runs when a container starts"),
     Rule(PACKAGE, "nvidia-fabricmanager*", "gpu-idle", "Fabric Manager restarts, which NVSwitch GPU jobs depend on"),
+    Rule(PACKAGE, "nvidia-driver-pinning-*", "none",
+         "NVIDIA's pinning package holds an apt preferences file: apt reads it, nothing running does"),
     Rule(PACKAGE, "nvidia-*", "gpu-idle", _DRIVER),
     Rule(PACKAGE, "libnvidia-*", "gpu-idle", _DRIVER),
     Rule(PACKAGE, "cuda-drivers*", "gpu-idle", _DRIVER),

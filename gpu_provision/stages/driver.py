@@ -181,9 +181,58 @@ def stream_commands(node: Node, state: NodeStateData) -> list[str]:
     return [*reset, f"dnf module enable -y {MODULE}:{stream}"]
 
 
+def pinning_entry(node: Node, state: NodeStateData) -> dict[str, str] | None:
+    """NVIDIA's driver pinning packages (``packages.json``, ``driver.<family>.pinning``) where the driver comes from
+    NVIDIA's apt repository; None elsewhere (Ubuntu's archive, Debian's own packages, dnf)."""
+    fam = family(state.system)
+    if not fam or distro.applies(node):
+        return None
+    return package_data()["driver"][fam].get("pinning")
+
+
+def pinning_package(node: Node, state: NodeStateData) -> str | None:
+    """The pinning package NVIDIA's guide has installed before the driver: the exact version's
+    (``nvidia-driver-pinning-580.159.04``) where ``driver.version`` is set, else the branch's
+    (``nvidia-driver-pinning-580``)."""
+    entry = pinning_entry(node, state)
+    if entry is None:
+        return None
+    if node.driver.version:
+        return entry["version"].format(version=node.driver.version)
+    return entry["branch"].format(branch=node.driver.spell("branch"))
+
+
+def pinning_wants(node: Node, state: NodeStateData) -> list[PackageWant]:
+    """The wanted pinning package, installed (any version: its name carries the driver's)."""
+    name = pinning_package(node, state)
+    return [PackageWant(name)] if name else []
+
+
+def stale_pinning(node: Node, state: NodeStateData) -> list[str]:
+    """Installed pinning packages other than the wanted one: another version's or branch's, whose pin would hold
+    the driver where the file no longer wants it."""
+    entry = pinning_entry(node, state)
+    if entry is None:
+        return []
+    wanted = pinning_package(node, state)
+    return sorted(n for n in state.installed_with_prefix(entry["prefix"]) if n != wanted)
+
+
+def pinning_commands(node: Node, state: NodeStateData) -> list[str]:
+    """The stale pinning packages purged, before the wanted one is installed: purged, not removed, because dpkg
+    keeps a removed package's conffiles, and the old pin file left behind would be kept (``--force-confold``) when
+    the next pinning package brings the same path."""
+    stale = stale_pinning(node, state)
+    if not stale:
+        return []
+    wait = packages.apt_lock_wait(node.packages.lock_timeout)
+    return [f"{packages.APT_GET} {wait} purge " + " ".join(shlex.quote(n) for n in stale)]
+
+
 def preparation_commands(node: Node, state: NodeStateData) -> list[str]:
-    """What must run before the driver packages install: prerequisite repositories, then the module stream."""
-    return [*prerequisite_commands(state), *stream_commands(node, state)]
+    """What must run before the driver packages install: prerequisite repositories, the module stream, and
+    another driver's pinning packages purged."""
+    return [*prerequisite_commands(state), *stream_commands(node, state), *pinning_commands(node, state)]
 
 
 def branch_lock_commands(node: Node, state: NodeStateData) -> list[str]:
@@ -273,6 +322,15 @@ def file_wants(node: Node) -> list[FileWant]:
     return [FileWant(BLACKLIST, content=BLACKLIST_TEXT)]
 
 
+def module_file_wants(node: Node, state: NodeStateData) -> list[FileWant]:
+    """On an NVLink 5 board with NVLSM: the ``modules-load.d`` file loading ib_umad at boot."""
+    modules = fabric.kernel_modules(fabric.decide(node, state))
+    if not modules:
+        return []
+    text = "# Managed by gpu-provision: NVLSM reaches the NVLink 5 switches through these\n" + "\n".join(modules)
+    return [FileWant(fabric.modules_file(), content=text + "\n")]
+
+
 def repository_wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[FileWant]:
     """The CUDA repository's files (none on Ubuntu, whose archive carries the driver), or with ``distro`` the
     file enabling Debian's non-free components and its pins."""
@@ -288,8 +346,8 @@ def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
     """Everything the driver stage converges on ``node`` (nothing for a preinstalled driver or a node without GPUs)."""
     if not managed(node):
         return []
-    return [*repository_wants(node, cluster, state), *package_wants(node, state), *file_wants(node),
-            *unit_wants(node, state)]
+    return [*repository_wants(node, cluster, state), *pinning_wants(node, state), *package_wants(node, state),
+            *file_wants(node), *module_file_wants(node, state), *unit_wants(node, state)]
 
 
 def _all_package_names(node: Node) -> set[str]:
@@ -310,13 +368,29 @@ def request(node: Node, cluster: Cluster) -> Request:
     req = Request(sections={"system", "gpu", "runtime"})
     if not node.has_gpus:
         return req
-    req.packages |= _all_package_names(node)
-    req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST} | repos.repository_request(
+    req.packages |= _all_package_names(node) | _pinning_names(node)
+    req.package_prefixes |= {p["prefix"] for p in _pinning_entries()}
+    req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST, fabric.modules_file(),
+                  *(f"/sys/module/{m}" for m in package_data()["nvlink5_bridge"]["modules"])} | repos.repository_request(
         "cuda").files | distro_files()
     req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST}
     req.packages.add(package_data()["driver"]["rhel"]["prerequisites"]["package"])
     req.units |= {PERSISTENCED, FABRIC_MANAGER}
     return req
+
+
+def _pinning_entries() -> list[dict[str, str]]:
+    return [e["pinning"] for e in package_data()["driver"].values() if isinstance(e, dict) and e.get("pinning")]
+
+
+def _pinning_names(node: Node) -> set[str]:
+    """The pinning packages this node could want, whatever its OS family."""
+    out = set()
+    for entry in _pinning_entries():
+        out.add(entry["branch"].format(branch=node.driver.spell("branch")))
+        if node.driver.version:
+            out.add(entry["version"].format(version=node.driver.version))
+    return out
 
 
 def distro_files() -> set[str]:
@@ -392,8 +466,14 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     if node.driver.install_method == "preinstalled":
         return [Difference("driver", "preinstalled", "working driver as described", p, NAME)
                 for p in preinstalled_problems(node, state)]
+    unloaded = [Difference("module", name, "loaded (NVLSM reaches the NVLink 5 switches through it)", "not loaded",
+                           NAME, source="/proc/modules") for name in fabric.missing_modules(node, state)]
+    stale = [Difference("package", name, "not installed (another driver's pinning package)",
+                        f"installed {state.package(name).version or ''}".strip(), NAME)
+             for name in stale_pinning(node, state)]
     reason = reboot_reason(node, state)
-    return [Difference("reboot", "driver", "running the installed driver", reason, NAME)] if reason else []
+    return unloaded + stale + (
+        [Difference("reboot", "driver", "running the installed driver", reason, NAME)] if reason else [])
 
 
 def blacklist_nouveau(node: Node, req: Request, fam: str | None) -> None:
@@ -434,10 +514,13 @@ def driver_stage() -> None:
         repos.apt_repository(name="CUDA repository", repo_id="cuda", repo=cluster.mirrors.cuda,
                              pins=repository_pins(node, state), proxy=cluster.mirrors.package_proxy)
     blacklist_nouveau(node, req, fam)
-    commands.guarded(name="Driver prerequisites and module stream",
+    commands.guarded(name="Driver prerequisites, module stream and pinning",
                      command=lambda s: " && ".join(preparation_commands(node, s)),
                      needed=lambda s: "; ".join(preparation_commands(node, s)) or None, request=req,
-                     noop="driver prerequisites and module stream already in place")
+                     noop="driver prerequisites, module stream and pinning already in place")
+    # NVIDIA's guide installs the pinning package before the driver, so its pin is in place when apt resolves it.
+    packages.wants(name="NVIDIA's driver pinning package", wants=pinning_wants(node, state),
+                   lock_timeout=node.packages.lock_timeout)
     packages.wants(name="Driver packages (pinned, held)", wants=package_wants(node, state),
                    lock_timeout=node.packages.lock_timeout,
                    recommends=not (distro.applies(node) and distro.no_recommends(state)))
@@ -457,6 +540,12 @@ def driver_stage() -> None:
     # reboot (the rollout's, or the next run's), and the MIG layout waits for it (pending_reboot).
     commands.reboot_when(name="Reboot for the driver", needed=lambda s: reboot_reason(node, s), request=req,
                          allowed=node.driver.reboot == "allowed")
+    # NVIDIA's driver container starts Fabric Manager and NVLSM on an NVLink 5 board only once ib_umad is loaded.
+    files.wants(name="Kernel modules NVLSM needs at boot", wants=module_file_wants(node, state), request=req)
+    commands.guarded(name="Kernel modules NVLSM needs, loaded",
+                     command=lambda s: " && ".join(f"modprobe {shlex.quote(m)}" for m in fabric.missing_modules(node, s)),
+                     needed=lambda s: ", ".join(fabric.missing_modules(node, s)) or None, request=req,
+                     noop="no kernel module to load for NVLSM")
     # Until a pending reboot happens, the installed driver is not the loaded one: its services would fail.
     services.wants(name="Driver services", wants=unit_wants(node, state),
                    _if=lambda: reboot_reason(node, current_state(target, req)) is None)

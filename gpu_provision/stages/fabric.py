@@ -13,7 +13,8 @@ would fail. The board says it, in one of two ways (``packages.json``, each with 
 ``driver.fabric_manager`` decides: ``auto`` follows the bus, ``true``/``false`` force it, and preflight names a
 forced value the bus contradicts before anything is installed. NVLSM comes with Fabric Manager where the bus has
 NVLink 5 bridges; preflight also names a model whose data file says its baseboards have them (``fabric.nvlsm``)
-on a node that shows none.
+on a node that shows none. On such a board the driver stage also loads ib_umad (now and at boot) before Fabric
+Manager starts.
 """
 
 from __future__ import annotations
@@ -94,6 +95,23 @@ def model_mismatch(node: Node, state: NodeStateData) -> str | None:
     return (f"the file says {node.gpus.model}, whose HGX baseboards reach their NVSwitches through NVLink 5 bridges, "
             f"but the node shows none (no PCI function of vendor {bridge['vendor']} with {bridge['vpd_marker']} in "
             "its VPD): NVLSM is left out, and Fabric Manager cannot route such a board without it")
+
+
+def kernel_modules(fabric: Fabric) -> list[str]:
+    """The kernel modules NVLSM reaches an NVLink 5 board's switches through (``nvlink5_bridge.modules``: ib_umad),
+    where NVLSM is wanted; loaded before Fabric Manager starts, as NVIDIA's driver container waits for them."""
+    return list(package_data()["nvlink5_bridge"]["modules"]) if fabric.nvlsm else []
+
+
+def modules_file() -> str:
+    """The ``modules-load.d`` file that loads :func:`kernel_modules` at boot."""
+    return str(package_data()["nvlink5_bridge"]["modules_file"])
+
+
+def missing_modules(node: Node, state: NodeStateData) -> list[str]:
+    """The wanted :func:`kernel_modules` neither loaded (``/proc/modules``) nor built in (``/sys/module/NAME``)."""
+    return [m for m in kernel_modules(decide(node, state))
+            if m not in state.system.get("modules", []) and not state.file(f"/sys/module/{m}").exists]
 
 
 def package_names(node: Node, fam: str, fabric: Fabric) -> tuple[list[str], list[str]]:

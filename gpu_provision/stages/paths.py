@@ -121,8 +121,11 @@ def steps(node: Node, cluster: Cluster, state: NodeStateData) -> list[tuple[str,
     drv = driver.wants(node, cluster, state)
     recommends = not (distro.applies(node) and distro.no_recommends(state))
     # The driver stage returns before its preparation for a driver it does not install (preinstalled).
+    pinning = driver.pinning_wants(node, state)
     commands = [*driver.preparation_commands(node, state),
-                *packages.plan(_packages(drv), state, repositories_changed=True, recommends=recommends),
+                *packages.plan(pinning, state, repositories_changed=True),
+                *packages.plan([w for w in _packages(drv) if w not in pinning], state,
+                               repositories_changed=not pinning, recommends=recommends),
                 *driver.branch_lock_commands(node, state),
                 *(distro.build_commands(state) if distro.applies(node) else [])] if driver.managed(node) else []
     out.append(("driver", _files(drv), commands))

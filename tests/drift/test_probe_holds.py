@@ -76,6 +76,37 @@ def test_versions_and_holds_come_from_the_status_file_without_a_process(admin_di
         "sudo": {"version": None, "held": False}}}                 # unpacked, not configured: no version
 
 
+def test_prefixes_list_the_installed_packages_whose_names_start_with_them(admin_dir: Path, monkeypatch) -> None:
+    # The driver stage asks for "nvidia-driver-pinning-" this way: it cannot name another driver's pinning package.
+    real = os.path.exists
+    monkeypatch.setattr(packages.os.path, "exists", lambda p: p == "/usr/bin/dpkg-query" or
+                        (p != "/usr/bin/rpm" and real(p)))
+    out = packages.collect({"names": ["containerd"], "prefixes": ["nvidia-driver", "kube", "none-"]})
+    # kubelet is held but not installed, so its prefix lists nothing; the listed ones are answered in full too.
+    assert out["prefixed"] == {"kube": [], "none-": [], "nvidia-driver": ["nvidia-driver", "nvidia-driver-libs"]}
+    assert out["packages"]["nvidia-driver-libs"] == {"version": "580.159.04-1", "held": False}
+    assert out["packages"]["containerd"] == {"version": "1.6.20~ds1-1", "held": True}
+    assert "prefixed" not in packages.collect({"names": ["containerd"]})
+
+
+def test_rpm_prefixes_are_one_query_and_answered_in_full(monkeypatch) -> None:
+    ran: list[list[str]] = []
+
+    def rpm(argv, *a, **k):  # type: ignore[no-untyped-def]
+        ran.append(argv)
+        if "-qa" in argv:
+            return 0, "nvidia-driver-pinning-580\n"
+        return 0, "nvidia-driver-pinning-580\t580-1\n"
+
+    monkeypatch.setattr(_command, "run", rpm)
+    monkeypatch.setattr(packages, "_run", lambda argv: rpm(argv)[1])
+    monkeypatch.setattr(packages.os.path, "exists", lambda p: p == "/usr/bin/rpm")
+    out = packages.collect({"names": [], "prefixes": ["nvidia-driver-pinning-"]})
+    assert out["prefixed"] == {"nvidia-driver-pinning-": ["nvidia-driver-pinning-580"]}
+    assert out["packages"]["nvidia-driver-pinning-580"] == {"version": "580-1", "held": False}
+    assert ran[0][:2] == ["rpm", "-qa"] and ran[0][-1] == "nvidia-driver-pinning-*"
+
+
 def test_entries_by_exact_name_and_by_prefix(admin_dir: Path) -> None:
     assert _dpkg.entries(["libc6"]) == [("libc6", "2.36-9", "ii "), ("libc6", "2.36-9", "ii ")]  # both arches
     assert _dpkg.entries(prefix="nvidia-driver") == [("nvidia-driver", "580.159.04-1", "ii "),

@@ -102,6 +102,10 @@ def test_converge_then_no_change(deployment, drift, ssh, node_host):  # type: ig
     assert set(HELD) <= held
     assert all(gpu.package(name).is_installed for name in HELD)
     assert gpu.package("nvidia-driver").version == "580.159.04-1"
+    # NVIDIA's pinning package of the file's driver branch, its pin file beside the deploy's own preferences.
+    assert gpu.package("nvidia-driver-pinning-580").is_installed
+    assert "Pin: version 580.*\nPin-Priority: 1000" in gpu.file(
+        "/etc/apt/preferences.d/nvidia-driver-pin").content_string
     assert gpu.package("nvidia-container-toolkit").version == "1.17.8-1"
     daemon = json.loads(gpu.file("/etc/docker/daemon.json").content_string)
     assert daemon["default-runtime"] == "nvidia" and daemon["default-shm-size"] == "1g"

@@ -393,6 +393,14 @@ def driver_of(site: Site, node: RigNode) -> tuple[str, str, bool]:
     return smi, package, held
 
 
+def pinning_of(site: Site, node: RigNode) -> tuple[list[str], str]:
+    """The NVIDIA driver pinning packages installed on ``node`` and the version their pin file holds the driver to."""
+    listed = site.ssh(node, "dpkg-query -W -f '${Package} ${db:Status-Abbrev}\\n' 'nvidia-driver-pinning-*'").stdout
+    names = sorted(line.split()[0] for line in listed.splitlines() if line.split()[1:2] == ["ii"])
+    pin = site.ssh(node, "sed -n 's/^Pin: version //p' /etc/apt/preferences.d/nvidia-driver-pin").stdout.strip()
+    return names, pin
+
+
 def test_rollback_rolls_out_as_the_upgrade_did(site):
     """A lower driver with a MIG change (580.159.04 → 580.126.09, layouts to B) rolls out as the upgrade did: the
     held packages are downgraded and held again, each node rebooted by its change, verified and uncordoned."""
@@ -410,6 +418,8 @@ def test_rollback_rolls_out_as_the_upgrade_did(site):
     for node in site.gpus:
         assert [s for s, _ in paths[node.name]][-4:] == DONE_PATH[-4:]
         assert driver_of(site, node) == (OLD, f"{OLD}-1", True)
+        # NVIDIA's pinning package of the newer version purged, the older version's in its place.
+        assert pinning_of(site, node) == ([f"nvidia-driver-pinning-{OLD}"], f"{OLD}-*")
         assert placed(site.ssh, node) == ["1g.18gb", "1g.18gb", "2g.35gb", "3g.71gb"]
     for name, obj in site.nodes_json().items():
         if name != site.cp.name:
@@ -429,6 +439,7 @@ def test_plain_pyinfra_takes_the_driver_down_and_up_again(site):
         run = site.pyinfra(g1.name)
         assert run.returncode == 0, (run.stdout + run.stderr)[-8000:]
         assert driver_of(site, g1) == (version, f"{version}-1", True)
+        assert pinning_of(site, g1) == ([f"nvidia-driver-pinning-{version}"], f"{version}-*")
         assert placed(site.ssh, g1) == before
 
 

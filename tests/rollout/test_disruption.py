@@ -17,6 +17,7 @@ ROWS = [
     ("package", "nvidia-container-toolkit", "none"),
     ("package", "libnvidia-container1", "none"),
     ("package", "nvidia-fabricmanager-580", "gpu-idle"),
+    ("package", "nvidia-driver-pinning-580.159.04", "none"),
     ("package", "nvidia-driver-580-server-open", "gpu-idle"),
     ("package", "libnvidia-compute-580", "gpu-idle"),
     ("package", "cuda-drivers", "gpu-idle"),
@@ -64,6 +65,8 @@ def test_each_row_classes_its_change(kind: str, item: str, disruption: str) -> N
     ("device-file", "/dev/nvidia0"),
     ("k8s-label", "gpu-01 nvidia.com/mig.strategy"),
     ("preflight", "disk"),
+    ("module", "ib_umad"),  # loading NVLSM's umad module stops nothing
+    ("file", "/etc/modules-load.d/gpu-provision-nvlink5.conf"),
 ])
 def test_what_no_row_names_disrupts_nothing(kind: str, item: str) -> None:
     assert classify(Difference(kind, item, "a", "b")) == "none"

@@ -91,6 +91,28 @@ def test_nvlink5_board_also_gets_nvlsm_and_the_infiniband_tools_at_their_own_ver
         "nvidia-fabricmanager.service")
 
 
+def test_nvlink5_board_loads_ib_umad_now_and_at_boot_and_drift_names_it_unloaded() -> None:
+    """NVIDIA's driver container waits for ib_umad before it starts Fabric Manager and NVLSM on an NVLink 5 system
+    (packages.json ``nvlink5_bridge.modules``); a board with NVSwitches on the bus (no NVLSM) needs none."""
+    node, state = _node("B200"), _state("ubuntu2404", bridges=4)
+    assert fabric.missing_modules(node, state) == ["ib_umad"]
+    [want] = driver.module_file_wants(node, state)
+    assert want.path == "/etc/modules-load.d/gpu-provision-nvlink5.conf" and want.content.endswith("\nib_umad\n")
+    assert want in driver.wants(node, CLUSTER, state)
+    [found] = driver.extra_differences(node, CLUSTER, state)
+    assert (found.kind, found.item, found.actual, found.source) == ("module", "ib_umad", "not loaded", "/proc/modules")
+    raw = fresh("ubuntu2404", gpus=8, bridges=4, modules=("ib_umad",))
+    assert fabric.missing_modules(node, NodeStateData(raw)) == []
+    assert driver.extra_differences(node, CLUSTER, NodeStateData(raw)) == []
+    raw = fresh("ubuntu2404", gpus=8, bridges=4)
+    raw["files"]["/sys/module/ib_umad"] = {"exists": True, "type": "directory"}  # built into the kernel
+    assert fabric.missing_modules(node, NodeStateData(raw)) == []
+    for other in (_state("ubuntu2404", nvswitches=4), _state("ubuntu2404")):
+        assert driver.module_file_wants(_node("H200"), other) == [] and fabric.missing_modules(_node("H200"), other) == []
+    asked = driver.request(node, CLUSTER).files
+    assert {"/etc/modules-load.d/gpu-provision-nvlink5.conf", "/sys/module/ib_umad"} <= asked
+
+
 def test_the_probe_is_asked_about_every_fabric_package() -> None:
     asked = driver.request(_node(), CLUSTER).packages
     assert {"nvidia-fabricmanager", "libnvidia-nscq", "nvidia-fabricmanager-580", "libnvidia-nscq-580",

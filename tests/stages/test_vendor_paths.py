@@ -130,6 +130,13 @@ EXPECTED += [
      ("subscription-manager", "nvidia-driver:580-dkms")),
     # Kernel Modules, RHEL 10 proprietary: no module streams, 'dnf install cuda-drivers'; an exact version is
     # locked package by package (the branch glob is for a branch).
+    # NVIDIA Driver Installation Guide, Recent Updates, 'Version locking packages for Ubuntu / Debian': a pinning
+    # package per branch and per version ('nvidia-driver-pinning-580', 'nvidia-driver-pinning-580.105.08' as apt
+    # lists them from the CUDA repository), installed before the driver. None on Ubuntu's archive path or on dnf.
+    ("Debian 12, x86_64", 0, ("install nvidia-driver-pinning-580\n",), ("pinning-580.",)),
+    ("Debian 13, arm64", 1, ("install nvidia-driver-pinning-580.95.05\n",), ()),
+    ("Ubuntu 24.04 GA kernel, generic, x86_64", 0, (), ("nvidia-driver-pinning",)),
+    ("RHEL 9, x86_64", 0, (), ("nvidia-driver-pinning",)),
     ("Rocky Linux 10, x86_64", 1, (f"gpgkey={CUDA}rhel10/x86_64/CDF6BA43.pub", "cuda-drivers-580.95.05",
                                    "kmod-nvidia-latest-dkms-580.95.05",
                                    "dnf versionlock add cuda-drivers nvidia-driver kmod-nvidia-latest-dkms"),
@@ -225,6 +232,12 @@ def test_distro_path_holds_the_vendors_facts(index: int, present: tuple[str, ...
     text = paths.render_path(NODE, CLUSTER, manager, system, choice)
     assert [fact for fact in present if fact not in text] == []
     assert [fact for fact in absent if fact in text] == []
+
+
+def test_debian_pinning_package_is_installed_before_the_driver_packages() -> None:
+    # The guide: 'install the pinning package prior to installing the driver'.
+    text = _rendered("Debian 12, x86_64", 0)
+    assert text.index("install nvidia-driver-pinning-580\n") < text.index("install 'nvidia-open=580.*'")
 
 
 def test_rhel_prerequisites_come_before_the_module_stream_and_the_stream_before_the_install() -> None:

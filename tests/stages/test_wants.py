@@ -34,7 +34,9 @@ def _units(wants) -> list[str]:  # type: ignore[no-untyped-def]
 def test_h200_on_debian_takes_open_modules_from_the_cuda_repository_pinned_to_the_branch() -> None:
     node = CLUSTER.node("h200-01")
     wants = driver.wants(node, CLUSTER, _state("debian12", gpus=8, nvswitches=4))
+    # NVIDIA's pinning package for the branch, any version of it (its name carries the driver's), not held.
     assert _packages(wants) == {
+        "nvidia-driver-pinning-580": (None, False),
         "nvidia-open": ("580.*", True), "nvidia-driver": ("580.*", True),
         "nvidia-kernel-open-dkms": ("580.*", True), "nvidia-fabricmanager": ("580.*", True),
         "libnvidia-nscq": ("580.*", True)}
@@ -81,10 +83,51 @@ def test_exact_version_and_proprietary_modules() -> None:
     node = CLUSTER.node("l40s-01")
     node = replace(node, driver=replace(node.driver, version="580.159.04", kernel_modules="proprietary"))
     wants = driver.wants(node, CLUSTER, _state("debian12", gpus=4))
-    assert _packages(wants) == {"cuda-drivers": ("580.159.04", True), "nvidia-driver": ("580.159.04", True),
+    assert _packages(wants) == {"nvidia-driver-pinning-580.159.04": (None, False),
+                                "cuda-drivers": ("580.159.04", True), "nvidia-driver": ("580.159.04", True),
                                 "nvidia-kernel-dkms": ("580.159.04", True)}
     pref = next(w for w in wants if isinstance(w, FileWant) and w.path.endswith(".pref"))
     assert "Pin: version 580.159.04*" in (pref.content or "")
+
+
+def _with_pinning(os_key: str, *installed: str) -> NodeStateData:
+    raw = fresh(os_key, gpus=4)
+    raw["packages"]["prefixed"] = {"nvidia-driver-pinning-": list(installed)}
+    for name in installed:
+        raw["packages"]["packages"][name] = {"version": "580.126.09-1", "held": False}
+    return NodeStateData(raw)
+
+
+def test_another_drivers_pinning_package_is_purged_before_the_wanted_one_and_drift_names_it() -> None:
+    from dataclasses import replace
+
+    node = CLUSTER.node("l40s-01")
+    node = replace(node, driver=replace(node.driver, version="580.159.04"))
+    state = _with_pinning("debian12", "nvidia-driver-pinning-580.126.09", "nvidia-driver-pinning-580")
+    # Purged (a removed package's pin file would stay behind) before the wanted package is installed.
+    [purge] = driver.pinning_commands(node, state)
+    assert " purge nvidia-driver-pinning-580 nvidia-driver-pinning-580.126.09" in purge
+    assert purge in driver.preparation_commands(node, state)
+    found = [str(d) for d in driver.extra_differences(node, CLUSTER, state)]
+    assert found == ["package nvidia-driver-pinning-580: expected not installed (another driver's pinning "
+                     "package), found installed 580.126.09-1",
+                     "package nvidia-driver-pinning-580.126.09: expected not installed (another driver's pinning "
+                     "package), found installed 580.126.09-1"]
+    # The wanted one alone: nothing to purge, nothing to report.
+    state = _with_pinning("debian12", "nvidia-driver-pinning-580.159.04")
+    assert driver.pinning_commands(node, state) == []
+    assert driver.extra_differences(node, CLUSTER, state) == []
+    assert "nvidia-driver-pinning-" in driver.request(node, CLUSTER).package_prefixes
+
+
+@pytest.mark.parametrize("os_key", ["ubuntu2404", "rocky9"])
+def test_no_pinning_package_where_the_driver_does_not_come_from_nvidias_apt_repository(os_key: str) -> None:
+    node = CLUSTER.node("l40s-01")
+    state = _with_pinning(os_key, "nvidia-driver-pinning-580")
+    assert driver.pinning_wants(node, state) == []
+    assert driver.pinning_commands(node, state) == []
+    assert not any(w.name.startswith("nvidia-driver-pinning") for w in driver.wants(node, CLUSTER, state)
+                   if isinstance(w, PackageWant))
 
 
 def test_missing_headers_are_wanted_for_the_pending_kernel() -> None:

@@ -24,6 +24,9 @@ EXPECTED = {
     ("cuda", "nvidia-fabricmanager"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "libnvidia-nscq"): ["580.159.04-1", "580.126.09-1"],
     ("cuda", "datacenter-gpu-manager"): ["1:3.3.9"],
+    ("cuda", "nvidia-driver-pinning-580"): ["580-1"],
+    ("cuda", "nvidia-driver-pinning-580.159.04"): ["580.159.04-1"],
+    ("cuda", "nvidia-driver-pinning-580.126.09"): ["580.126.09-1"],
     ("libnvidia-container", "nvidia-container-toolkit"): ["1.17.8-1", "1.17.7-1"],
     ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1", "1.17.7-1"],
     ("libnvidia-container", "libnvidia-container-tools"): ["1.17.8-1", "1.17.7-1"],
@@ -74,6 +77,22 @@ def test_relations_and_paths(built: list[debs.BuiltDeb]) -> None:
         "nvidia-driver (= 580.159.04-1), nvidia-kernel-open-dkms (= 580.159.04-1)")
     assert field(find(built, "cuda-drivers", "580.126.09-1"), "Depends") == (
         "nvidia-driver (= 580.126.09-1), nvidia-kernel-dkms (= 580.126.09-1)")
+
+
+def test_pinning_packages_ship_nvidias_pin_file_as_a_conffile(built: list[debs.BuiltDeb], tmp_path: Path) -> None:
+    # NVIDIA's pinning packages ship /etc/apt/preferences.d/nvidia-driver-pin, pinned at priority 1000 to their
+    # branch or version; summaries as apt lists NVIDIA's ('APT driver pinning file for driver version ...').
+    for name, summary, pin in (("nvidia-driver-pinning-580", "driver branch 580", "580.*"),
+                               ("nvidia-driver-pinning-580.159.04", "driver version 580.159.04", "580.159.04-*")):
+        deb = find(built, name)
+        assert field(deb, "Description").splitlines()[0].endswith(f"APT driver pinning file for {summary}")
+        assert field(deb, "Architecture") == "all"
+        assert contents(deb) == {"/etc/apt/preferences.d/nvidia-driver-pin"}
+        subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / name)], check=True)
+        assert (tmp_path / name / "conffiles").read_text().split() == ["/etc/apt/preferences.d/nvidia-driver-pin"]
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / name / "root")], check=True)
+        text = (tmp_path / name / "root/etc/apt/preferences.d/nvidia-driver-pin").read_text()
+        assert f"Package: cuda-drivers* src:nvidia-open:any\nPin: version {pin}\nPin-Priority: 1000\n" in text
 
 
 def test_the_driver_ships_every_simulator_module(built: list[debs.BuiltDeb]) -> None:

@@ -1,4 +1,4 @@
-"""Installed versions and holds of named packages (dpkg or rpm)."""
+"""Installed versions and holds of named packages (dpkg or rpm), and the installed packages of given name prefixes."""
 
 import os
 
@@ -12,11 +12,20 @@ def _run(argv):
 
 
 def collect(request):
-    """``request``: ``{"names": [...]}``; returns manager, per-package version (None if absent) and held flag."""
+    """``request``: ``{"names": [...], "prefixes": [...]}``; returns manager, per-package version (None if absent)
+    and held flag, and (when prefixes are asked for) under ``prefixed`` the installed packages of each prefix, which
+    are also answered under ``packages``."""
     names = sorted(set((request or {}).get("names", [])))
+    prefixes = sorted(set((request or {}).get("prefixes", [])))
     out = {"manager": None, "packages": {}}
+    if prefixes:
+        out["prefixed"] = {}
     if os.path.exists("/usr/bin/dpkg-query"):
         out["manager"] = "apt"
+        for prefix in prefixes:
+            entries = [e for e in _dpkg.entries(prefix=prefix) if e[2][1:2] == "i"]
+            out["prefixed"][prefix] = sorted(e[0] for e in entries)
+            names = sorted(set(names) | set(out["prefixed"][prefix]))
         found = {}
         held = set()
         for name, version, abbrev in _dpkg.entries(names):
@@ -38,6 +47,10 @@ def collect(request):
                     locks += f.read()
             except OSError:
                 pass
+        for prefix in prefixes:
+            listed = _run(["rpm", "-qa", "--qf", "%{NAME}\n", prefix + "*"])
+            out["prefixed"][prefix] = sorted(set(line for line in listed.splitlines() if line.startswith(prefix)))
+            names = sorted(set(names) | set(out["prefixed"][prefix]))
         # One rpm process for every name (not one each): "NAME<TAB>VERSION-RELEASE" per installed package; a name
         # not installed gets rpm's "package NAME is not installed" line instead, which has no tab.
         found = {}
