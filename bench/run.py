@@ -36,7 +36,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 STALLED_ADDRESS = "127.0.20.250"
 REFUSING_ADDRESS = "127.0.20.251"
 DEFAULT_WORKDIR = Path("/var/tmp/gpu-provision-bench")
-TOOLS = ("ours", "verify", "pyinfra", "ansible")
+TOOLS = ("ours", "floor", "verify", "pyinfra", "ansible")
 
 
 def _sizes(text: str) -> list[int]:
@@ -54,7 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--growth-files", type=int, default=40,
                    help="config files in the larger workload run on the largest rig size (default 40; 0: skip)")
     p.add_argument("--tools", default=",".join(TOOLS),
-                   help="tools to run (default: ours,verify,pyinfra,ansible; verify runs on the loopback fleet only)")
+                   help="tools to run (default: ours,floor,verify,pyinfra,ansible; floor: the fleet runner running "
+                        "`true` on every host, the least one fresh SSH connection per host costs; verify runs on the "
+                        "loopback fleet only)")
     p.add_argument("--others-max-hosts", type=int, default=200,
                    help="run stock pyinfra and Ansible only on fleet sizes up to this (default 200; gpu-provision "
                         "runs on every size)")
@@ -126,6 +128,7 @@ class Bench:
         names = [name for name, _ in hosts]
         runners: dict[str, Callable[[], tools.Measurement]] = {
             "ours": lambda: tools.ours(folder, fleet, names, ops, cluster, workload_file),
+            "floor": lambda: tools.floor(folder, fleet, names, ops, cluster),
             "pyinfra": lambda: tools.stock_pyinfra(folder, fleet, names, ops, cluster, workload_file),
             "ansible": lambda: tools.ansible(folder, fleet, hosts, ops,
                                              write_inventory(folder / "hosts.ini", hosts, key, known_hosts),

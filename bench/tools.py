@@ -108,6 +108,28 @@ def ours(workdir: Path, fleet: str, names: list[str], operations: int, cluster: 
                        check_cpu_s=report.get("bench", {}).get("check_cpu_s"))
 
 
+def floor(workdir: Path, fleet: str, names: list[str], operations: int, cluster: Path) -> Measurement:
+    """The fleet runner behind ``gpu-provision drift`` running ``true`` on every host (``bench/floor.py``): the least
+    a check over one fresh SSH connection per host can cost. Listed under the workload's operations so its ratios
+    read against the drift of the same hosts; "in sync" means every host ran it."""
+    run = run_measured([sys.executable, "-m", "bench.floor", "inventory.py"], workdir,
+                       f"floor-{fleet}-{len(names)}", env={"GPU_PROVISION_CLUSTER": str(cluster)})
+    try:
+        report = json.loads(run.stdout)
+    except ValueError:
+        return Measurement(FLOOR, fleet, len(names), operations, run.wall_s, run.peak_rss_mb,
+                           note=f"failed (rc {run.rc}): {run.stderr.strip().splitlines()[-1:]}",
+                           controller_cpu_s=run.cpu_s)
+    failed = [n["name"] for n in report["nodes"] if not n["ok"]]
+    return Measurement(FLOOR, fleet, len(names), operations, run.wall_s, run.peak_rss_mb,
+                       {n["name"]: n["commands"] for n in report["nodes"]}, in_sync=run.rc == 0,
+                       note=f"failed on {', '.join(failed)}"[:300] if failed else "", controller_cpu_s=run.cpu_s)
+
+
+#: How the floor is named in the tables.
+FLOOR = "ssh floor (true)"
+
+
 def verify(workdir: Path, fleet: str, names: list[str], cluster: Path, expect: Path,
            profile: Path | None = None, tag: str = "") -> Measurement:
     """``gpu-provision verify``'s SSH path over the repository's inventory.py, every host against ``expect``;

@@ -80,3 +80,27 @@ def test_profile_groups_own_time_by_file_and_charges_built_ins_to_their_callers(
     profiler.dump_stats(str(path))
     rows = hotspots.summary(path, hosts=10)
     assert sum(float(r["share"]) for r in rows) == pytest.approx(1.0, abs=0.01)
+
+
+def test_the_ssh_floor_reports_a_host_it_cannot_reach_as_not_run(tmp_path: Path):
+    """``bench.floor`` (the fleet runner running ``true`` on every host) over one host on a closed loopback port:
+    the host is listed as not run, no command counted, exit status 1."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on once this socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key = tmp_path / "id"
+    key.write_text("not a key\n")
+    (tmp_path / "known_hosts").write_text("")
+    cluster = {"version": "v1",
+               "cluster": {"name": "floor", "kubernetes": {"enabled": False},
+                           "ssh": {"user": "root", "key": str(key), "known_hosts": str(tmp_path / "known_hosts"),
+                                   "port": port, "connect_timeout": 2}},
+               "nodes": [{"name": "closed", "address": "127.0.0.1"}]}
+    (tmp_path / "cluster.yaml").write_text(json.dumps(cluster))
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "bench.floor", "inventory.py"], cwd=root, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "GPU_PROVISION_CLUSTER": str(tmp_path / "cluster.yaml")})
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert json.loads(run.stdout)["nodes"] == [{"name": "closed", "commands": 0, "ok": False}]
