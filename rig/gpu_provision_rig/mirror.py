@@ -3,7 +3,8 @@
 ``build_mirror(dest)`` builds every stand-in package (:mod:`gpu_provision_rig.debs`) and writes, under
 ``dest/www`` (the directory to serve at http://10.77.0.1:8080/):
 
-- ``cuda/debian12/x86_64/``: NVIDIA's CUDA repository for Debian 12 (driver, kernel modules, fabric manager, DCGM);
+- ``cuda/debian12/x86_64/``: NVIDIA's CUDA repository for Debian 12 (driver, kernel modules, fabric manager, DCGM),
+  and the same packages at ``cuda/debian13/x86_64/`` for Debian 13 (:data:`ALSO_SERVED_AT`);
 - ``libnvidia-container/stable/deb/amd64/``: NVIDIA's container toolkit repository;
 - ``kubernetes/core:/stable:/v1.36/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
 
@@ -42,16 +43,35 @@ REPOS: dict[str, str] = {
 }
 """Repository name (the ``standins/<name>/`` directory) -> path under the served root."""
 
-RELEASE_FIELDS: dict[str, dict[str, str]] = {
-    "cuda": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
-    "libnvidia-container": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA libnvidia-container"},
-    "kubernetes": {"Origin": "gpu-provision test rig", "Label": "stand-in for pkgs.k8s.io core stable v1.36"},
+ALSO_SERVED_AT: dict[str, tuple[str, ...]] = {
+    # NVIDIA's debian13 repository carries the driver under Debian 12's package names (public Debian 13 install
+    # notes take nvidia-driver-pinning-580, cuda-drivers, nvidia-open and nvidia-kernel-open-dkms from
+    # .../cuda/repos/debian13/x86_64/); which 580 versions it holds is unconfirmed, so it serves Debian 12's.
+    "cuda": ("cuda/debian13/x86_64",),
 }
+"""Further paths a repository's packages are served at, each indexed and signed on its own."""
+
+RELEASE_FIELDS: dict[str, dict[str, str]] = {
+    "cuda/debian12/x86_64": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
+    "cuda/debian13/x86_64": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian13 x86_64"},
+    "libnvidia-container/stable/deb/amd64": {"Origin": "gpu-provision test rig",
+                                             "Label": "stand-in for NVIDIA libnvidia-container"},
+    "kubernetes/core:/stable:/v1.36/deb": {"Origin": "gpu-provision test rig",
+                                           "Label": "stand-in for pkgs.k8s.io core stable v1.36"},
+}
+"""The Release fields of each served path."""
+
+
+def served() -> list[tuple[str, str]]:
+    """Every (repository name, path) the mirror serves: each repository's own path, then its other paths."""
+    return [*REPOS.items(), *((name, rel) for name, rels in ALSO_SERVED_AT.items() for rel in rels)]
+
 
 # Where the upstream install instructions fetch the repository key, relative to the served root.
 KEY_COPIES: tuple[str, ...] = (
     "keys/gpu-provision-rig.asc",
     "cuda/debian12/x86_64/gpu-provision-rig.pub",
+    "cuda/debian13/x86_64/gpu-provision-rig.pub",
     "libnvidia-container/gpgkey",
     "kubernetes/core:/stable:/v1.36/deb/Release.key",
 )
@@ -151,7 +171,7 @@ def _sync_debs(repo_dir: Path, wanted: list[debs.BuiltDeb]) -> None:
             shutil.copy2(deb.path, target)
 
 
-def _index(name: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
+def _index(rel: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
     """Write Packages(.gz) and Release with apt-ftparchive, then InRelease and Release.gpg."""
     for stale in ("Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"):
         (repo_dir / stale).unlink(missing_ok=True)
@@ -159,7 +179,7 @@ def _index(name: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
     with open(repo_dir / "Packages", "rb") as src, gzip.GzipFile(repo_dir / "Packages.gz", "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
     options = []
-    for key, value in {**RELEASE_FIELDS.get(name, {}), "Suite": "stable", "Architectures": "amd64 all"}.items():
+    for key, value in {**RELEASE_FIELDS.get(rel, {}), "Suite": "stable", "Architectures": "amd64 all"}.items():
         options += ["-o", f"APT::FTPArchive::Release::{key}={value}"]
     release = _run(["apt-ftparchive", *options, "release", "."], cwd=repo_dir)
     (repo_dir / "Release").write_text(release)
@@ -202,18 +222,18 @@ def build_mirror(dest: Path) -> MirrorInfo:
         fingerprint = ensure_key(home)
         try:
             key_path = _publish_key(root, home, fingerprint)
-            for name, rel in REPOS.items():
+            for name, rel in served():
                 repo_dir = root / rel
                 wanted = [deb for deb in built if deb.repo == name]
                 _sync_debs(repo_dir, wanted)
-                digest = hashlib.sha256(f"{INDEX_FORMAT} {fingerprint} {RELEASE_FIELDS.get(name)}".encode())
+                digest = hashlib.sha256(f"{INDEX_FORMAT} {fingerprint} {RELEASE_FIELDS.get(rel)}".encode())
                 for deb in sorted(wanted, key=lambda d: d.path.name):
                     digest.update(f"{deb.path.name} {_file_hash(deb.path)}\n".encode())
-                marker = dest / f".index-{name}.sha256"
+                marker = dest / f".index-{rel.replace('/', '_')}.sha256"
                 signed = all((repo_dir / f).exists() for f in ("Packages", "Release", "InRelease", "Release.gpg"))
                 if signed and marker.exists() and marker.read_text().strip() == digest.hexdigest():
                     continue
-                _index(name, repo_dir, home, fingerprint)
+                _index(rel, repo_dir, home, fingerprint)
                 marker.write_text(digest.hexdigest() + "\n")
         finally:
             _stop_agent(home)

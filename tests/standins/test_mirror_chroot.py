@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from simnode import FIXTURES, H200_HOST
 
-from gpu_provision_rig.mirror import REPOS, MirrorInfo, build_mirror
+from gpu_provision_rig.mirror import REPOS, MirrorInfo, build_mirror, served
 
 pytestmark = [
     pytest.mark.slow,
@@ -128,12 +128,21 @@ def test_apt_refuses_the_mirror_with_the_wrong_key(chroot: Chroot) -> None:
     assert "NO_PUBKEY" in text or "is not signed" in text
 
 
+def test_debian13_cuda_path_serves_the_same_packages_signed_on_its_own(mirror: MirrorInfo) -> None:
+    twelve, thirteen = mirror.root / "cuda/debian12/x86_64", mirror.root / "cuda/debian13/x86_64"
+    assert (twelve / "Packages").read_text() == (thirteen / "Packages").read_text()
+    assert "Label: stand-in for NVIDIA CUDA debian13 x86_64" in (thirteen / "Release").read_text()
+    assert "BEGIN PGP SIGNED MESSAGE" in (thirteen / "InRelease").read_text()
+    assert (thirteen / "gpu-provision-rig.pub").read_text() == mirror.key_path.read_text()
+    assert "nvidia-driver-pinning-580" in (thirteen / "Packages").read_text()
+
+
 def test_second_mirror_build_reuses_everything(mirror: MirrorInfo) -> None:
     dest = mirror.root.parent
-    inrelease = {name: (mirror.root / rel / "InRelease").read_bytes() for name, rel in mirror.repos.items()}
+    inrelease = {rel: (mirror.root / rel / "InRelease").read_bytes() for _, rel in served()}
     again = build_mirror(dest)
     assert again == mirror
-    assert {name: (again.root / rel / "InRelease").read_bytes() for name, rel in again.repos.items()} == inrelease
+    assert {rel: (again.root / rel / "InRelease").read_bytes() for _, rel in served()} == inrelease
     assert mirror.key_path.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     assert not (mirror.root / "gnupg").exists() and (dest / "gnupg").is_dir(), "the private keyring is not served"
 
