@@ -97,6 +97,19 @@ def model_mismatch(node: Node, state: NodeStateData) -> str | None:
             "its VPD): NVLSM is left out, and Fabric Manager cannot route such a board without it")
 
 
+def nvlsm_missing(node: Node, fam: str | None, state: NodeStateData) -> str | None:
+    """Why the node cannot get NVLSM from where its driver comes from: its family's archive has no nvlsm package
+    (``nvlsm_not_in_archive``: Ubuntu's) and the node does not have it installed already (None when it can)."""
+    if fam is None or not decide(node, state).nvlsm:
+        return None
+    name = package_data()["driver"][fam].get("nvlsm_not_in_archive")
+    if not name or state.package(name).version:
+        return None
+    return (f"this NVLink 5 board needs NVLSM ({name}) beside Fabric Manager, and the driver here comes from the "
+            f"distribution's archive, which has no {name} package: install {name} from NVIDIA's CUDA repository "
+            "first (NVIDIA's driver container takes it from there), then deploy again")
+
+
 def kernel_modules(fabric: Fabric) -> list[str]:
     """The kernel modules NVLSM reaches an NVLink 5 board's switches through (``nvlink5_bridge.modules``: ib_umad),
     where NVLSM is wanted; loaded before Fabric Manager starts, as NVIDIA's driver container waits for them."""
@@ -127,5 +140,6 @@ def package_names(node: Node, fam: str, fabric: Fabric) -> tuple[list[str], list
 def all_package_names(node: Node) -> set[str]:
     """Every fabric package name any OS family could use: what the driver stage asks the probe about."""
     branch = node.driver.spell("branch")
-    return {n for entry in package_data()["driver"].values()
-            for key in ("fabric_manager", "nscq", "nvlsm") for n in names(entry.get(key, []), branch=branch)}
+    out = {n for entry in package_data()["driver"].values()
+           for key in ("fabric_manager", "nscq", "nvlsm") for n in names(entry.get(key, []), branch=branch)}
+    return out | {e["nvlsm_not_in_archive"] for e in package_data()["driver"].values() if e.get("nvlsm_not_in_archive")}

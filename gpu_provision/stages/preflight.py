@@ -147,7 +147,8 @@ def _gpu_findings(node: Node, state: NodeStateData) -> list[Finding]:
 
 def _fabric_findings(node: Node, state: NodeStateData) -> list[Finding]:
     """A forced ``driver.fabric_manager`` the node's PCI bus contradicts: Fabric Manager would fail to start, or
-    NVSwitch GPUs would stay unusable (:mod:`gpu_provision.stages.fabric`)."""
+    NVSwitch GPUs would stay unusable (:mod:`gpu_provision.stages.fabric`); an NVLink 5 board whose NVLSM the
+    driver's source does not carry."""
     if not driver.managed(node):
         return []
     out = []
@@ -157,6 +158,9 @@ def _fabric_findings(node: Node, state: NodeStateData) -> list[Finding]:
     model = fabric.model_mismatch(node, state)
     if model:
         out.append(Finding("fabric-manager", model, fatal=False))
+    missing = fabric.nvlsm_missing(node, family(state.system), state)
+    if missing:
+        out.append(Finding("fabric-manager", missing))
     return out
 
 

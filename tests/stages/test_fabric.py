@@ -82,13 +82,33 @@ def test_driver_stage_with_nvswitches_installs_fabric_manager_and_nscq_at_the_dr
 
 def test_nvlink5_board_also_gets_nvlsm_and_the_infiniband_tools_at_their_own_versions() -> None:
     """NVLSM and infiniband-diags (with libibumad, its dependency): what NVIDIA's driver container installs for
-    NVLink 5 boards (packages.json ``nvidia-fabric-manager-nvlink5``)."""
+    NVLink 5 boards (packages.json ``nvidia-fabric-manager-nvlink5``), from NVIDIA's CUDA repository."""
+    wants = driver.package_wants(_node("B200"), _state("debian12", bridges=4))
+    assert PackageWant("nvidia-fabricmanager", "580.*", held=True) in wants
+    assert PackageWant("libnvidia-nscq", "580.*", held=True) in wants
+    assert PackageWant("nvlsm") in wants and PackageWant("infiniband-diags") in wants
+    assert driver.unit_wants(_node("B200"), _state("debian12", bridges=4))[-1] == UnitWant(
+        "nvidia-fabricmanager.service")
+
+
+def test_on_ubuntus_archive_nvlsm_must_be_there_before_the_deploy() -> None:
+    """Ubuntu's archive carries nvidia-fabricmanager-580 and libnvidia-nscq-580 (multiverse) but no nvlsm
+    (packages.ubuntu.com): the deploy installs what the archive has, and preflight stops an NVLink 5 node until
+    nvlsm is installed, rather than let apt fail on a name it cannot find."""
     wants = driver.package_wants(_node("B200"), _state("ubuntu2404", bridges=4))
     assert PackageWant("nvidia-fabricmanager-580", None, held=True) in wants
     assert PackageWant("libnvidia-nscq-580", None, held=True) in wants
-    assert PackageWant("nvlsm") in wants and PackageWant("infiniband-diags") in wants
-    assert driver.unit_wants(_node("B200"), _state("ubuntu2404", bridges=4))[-1] == UnitWant(
-        "nvidia-fabricmanager.service")
+    assert PackageWant("infiniband-diags") in wants and not any(w.name == "nvlsm" for w in wants)
+    raw = fresh("ubuntu2404", gpus=8, device="0x2901", bridges=4)
+    found = _findings(_node("B200"), raw)
+    assert found == {("fabric-manager", True): (
+        "this NVLink 5 board needs NVLSM (nvlsm) beside Fabric Manager, and the driver here comes from the "
+        "distribution's archive, which has no nvlsm package: install nvlsm from NVIDIA's CUDA repository first "
+        "(NVIDIA's driver container takes it from there), then deploy again")}
+    raw["packages"]["packages"]["nvlsm"] = {"version": "2025.06.5-1", "held": False}
+    assert _findings(_node("B200"), raw) == {}
+    # Boards with NVSwitches on the bus need no NVLSM, on Ubuntu too.
+    assert _findings(_node(), fresh("ubuntu2404", gpus=8, nvswitches=4)) == {}
 
 
 def test_nvlink5_board_loads_ib_umad_now_and_at_boot_and_drift_names_it_unloaded() -> None:
