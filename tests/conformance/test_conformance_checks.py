@@ -160,7 +160,10 @@ def test_expectations_are_the_stages_wants() -> None:
     assert list(expected.by_stage) == ["preflight", "driver", "runtime", "toolkit", "permissions", "mig",
                                        "kubernetes"]
     driver_packages = [w for w in expected.by_stage["driver"] if isinstance(w, PackageWant)]
-    assert driver_packages and all(w.held for w in driver_packages if w.name.startswith("nvidia"))
+    # Every driver package held; NVIDIA's pinning package (an apt preferences file) installed, as its guide has it.
+    pinning = [w for w in driver_packages if w.name.startswith("nvidia-driver-pinning-")]
+    assert [(w.name, w.held) for w in pinning] == [("nvidia-driver-pinning-580", False)]
+    assert driver_packages and all(w.held for w in driver_packages if w.name.startswith("nvidia") and w not in pinning)
     assert expected.package_manager == "apt" and expected.nvidia_runtimes
 
 
