@@ -47,6 +47,8 @@ class Request:
             out.setdefault(section, {})
         if "gpu" in self.sections:
             out["gpu"] = {"nvlink5_bridge": _nvlink5_bridge()}
+        if "runtime" in self.sections:
+            out["runtime"] = {"apt_prefixes": _pinning_prefixes()}
         if "kubernetes" in self.sections:
             out["kubernetes"] = {"kubelet_binary": package_data()["kubernetes"]["upgrade"]["kubelet_binary"]}
         return out
@@ -59,6 +61,12 @@ class Request:
     def from_json(cls, text: str) -> Request:
         """Inverse of :meth:`to_json`."""
         return cls(**{k: set(v) for k, v in json.loads(text).items()})
+
+
+def _pinning_prefixes() -> list[str]:
+    """The name prefix of NVIDIA's driver pinning packages (``packages.json``, ``driver.<family>.pinning``), whose
+    names the package index knows the runtime section lists."""
+    return sorted({e["pinning"]["prefix"] for e in package_data()["driver"].values() if e.get("pinning")})
 
 
 def _nvlink5_bridge() -> dict[str, str]:

@@ -164,6 +164,22 @@ def _fabric_findings(node: Node, state: NodeStateData) -> list[Finding]:
     return out
 
 
+def _pinning_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    """NVIDIA's pinning package for the wanted driver, missing from a CUDA repository whose other pinning packages the
+    node's package index knows (a version published before the packages were, or a mirror behind): apt would fail
+    on the name. Nothing is said while the index knows none (the repository is not configured yet)."""
+    entry, name = driver.pinning_entry(node, state), driver.pinning_package(node, state)
+    if not driver.managed(node) or entry is None or name is None or state.package(name).version:
+        return []
+    known = state.section("runtime").get("apt_names", {}).get(entry["prefix"]) or []
+    if not known or name in known:
+        return []
+    shown = ", ".join(known[:6]) + (f" and {len(known) - 6} more" if len(known) > 6 else "")
+    return [Finding("driver-pinning", f"NVIDIA's CUDA repository, as this node's package index knows it, has no {name} "
+                                      f"(it has {shown}): set driver.version to a version it has a pinning package "
+                                      "for, or give driver.branch alone")]
+
+
 def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     rt = node.container_runtime
     if rt.docker_source == "distro" and state.package_manager == "dnf":
@@ -217,7 +233,7 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
         return late
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
            *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_fabric_findings(node, state),
-           *_runtime_findings(node, state),
+           *_pinning_findings(node, state), *_runtime_findings(node, state),
            *kubernetes_findings(cluster, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "

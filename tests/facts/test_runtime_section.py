@@ -20,7 +20,8 @@ TOOLS = {
     "dockerd": "Docker version 20.10.24+dfsg1, build 297e128",
     "apt-cache": "linux-modules-nvidia-580-server-open-6.8.0-45-generic\n"
                  "linux-modules-nvidia-580-server-open-6.8.0-31-generic\n"
-                 "linux-headers-6.8.0-45-generic\nlinux-headers-6.8.0-45",
+                 "linux-headers-6.8.0-45-generic\nlinux-headers-6.8.0-45\n"
+                 "nvidia-driver-pinning-580.159.04\nnvidia-driver-pinning-580\nnvidia-driver",
 }
 
 
@@ -76,6 +77,18 @@ def test_section_reads_versions_ages_links_and_available_packages(node: Path) ->
         "headers_available": ["linux-headers-6.8.0-45-generic"],
         "dev_char_missing": [f"{node}/dev/nvidia-caps/nvidia-cap1", f"{node}/dev/nvidiactl"],
     }
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_asked_prefixes_list_what_the_index_knows_from_the_same_apt_cache_call(node: Path, monkeypatch) -> None:
+    calls: list[list[str]] = []
+    real = runtime._run
+    monkeypatch.setattr(runtime, "_run", lambda argv: calls.append(argv) or real(argv))
+    answer = runtime.collect({"apt_prefixes": ["nvidia-driver-pinning-"]})
+    assert answer["apt_names"] == {"nvidia-driver-pinning-": ["nvidia-driver-pinning-580",
+                                                              "nvidia-driver-pinning-580.159.04"]}
+    assert answer["headers_available"] == ["linux-headers-6.8.0-45-generic"]
+    assert [c for c in calls if c[0] == "apt-cache"] == [["apt-cache", "pkgnames"]]  # one call for every prefix
 
 
 def test_containerd_2_and_debian_version_strings() -> None:

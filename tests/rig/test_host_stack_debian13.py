@@ -101,3 +101,22 @@ def test_debian13_converges_from_its_own_cuda_path_as_the_sudo_user_and_root_cha
     assert second.returncode == 0, second.output[-6000:]
     assert (second.totals()["success"], second.totals()["error"]) == (0, 0), second.output[-6000:]
     assert drift(as_root) == (0, [])
+
+
+def test_a_version_without_a_pinning_package_is_refused_by_preflight_and_nothing_changes(
+        rig, node, pyinfra, ssh, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+    """Once the node's index knows NVIDIA's repository (the test above configured it), a driver version whose pinning
+    package the repository lacks (the stand-in has none for 580.95.05, as NVIDIA's may have none for versions older
+    than the packages) stops at preflight with the names it has; no package changes."""
+    before = ssh(node, "dpkg-query -W -f '${Package} ${Version}\\n' | sort").stdout
+    doc = yaml.safe_load(cluster_file(rig, node, "root", tmp_path).read_text())
+    doc["nodes"][0]["driver"] = {"version": "580.95.05"}
+    path = tmp_path / "cluster-old-version.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(path))
+    run = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
+    assert run.returncode != 0
+    assert ("NVIDIA's CUDA repository, as this node's package index knows it, has no "
+            "nvidia-driver-pinning-580.95.05 (it has nvidia-driver-pinning-580, nvidia-driver-pinning-580.126.09, "
+            "nvidia-driver-pinning-580.159.04)") in run.output, run.output[-6000:]
+    assert ssh(node, "dpkg-query -W -f '${Package} ${Version}\\n' | sort").stdout == before

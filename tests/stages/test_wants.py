@@ -10,7 +10,7 @@ from nodestates import fresh
 from gpu_provision.desired import FileWant, GroupWant, PackageWant, UnitWant
 from gpu_provision.spec import load_cluster
 from gpu_provision.stages import driver, permissions, runtime, toolkit
-from gpu_provision.state import NodeStateData
+from gpu_provision.state import NodeStateData, Request
 
 CLUSTER = load_cluster(str(Path(__file__).resolve().parents[2] / "inventory" / "cluster.yaml"))
 
@@ -195,3 +195,29 @@ def test_every_example_node_has_wants_its_request_covers(name: str, os_key: str)
         # Kernel-dependent names (headers, precompiled modules) are the only ones read on demand.
         assert needed.packages - request.packages <= {p for p in needed.packages if "linux-" in p}
         assert needed.files <= request.files and needed.units <= request.units and needed.groups <= request.groups
+
+
+def test_preflight_names_a_pinning_package_the_repository_does_not_have() -> None:
+    """A version published before NVIDIA's pinning packages were (or a mirror behind): preflight says so while the
+    index knows other pinning packages, rather than let apt fail on the name; silent while it knows none."""
+    from dataclasses import replace
+
+    from gpu_provision.stages import preflight
+
+    node = CLUSTER.node("l40s-01")
+    node = replace(node, driver=replace(node.driver, version="580.95.05"))
+    raw = fresh("debian12", gpus=4)
+    raw["runtime"]["apt_names"] = {"nvidia-driver-pinning-": ["nvidia-driver-pinning-580",
+                                                              "nvidia-driver-pinning-580.159.04"]}
+    found = [(f.check, f.fatal, f.message) for f in preflight.findings(node, CLUSTER, NodeStateData(raw))
+             if f.check == "driver-pinning"]
+    assert found == [("driver-pinning", True, "NVIDIA's CUDA repository, as this node's package index knows it, has "
+                      "no nvidia-driver-pinning-580.95.05 (it has nvidia-driver-pinning-580, "
+                      "nvidia-driver-pinning-580.159.04): set driver.version to a version it has a pinning package "
+                      "for, or give driver.branch alone")]
+    raw["runtime"]["apt_names"]["nvidia-driver-pinning-"].append("nvidia-driver-pinning-580.95.05")
+    assert not [f for f in preflight.findings(node, CLUSTER, NodeStateData(raw)) if f.check == "driver-pinning"]
+    raw["runtime"]["apt_names"] = {}
+    assert not [f for f in preflight.findings(node, CLUSTER, NodeStateData(raw)) if f.check == "driver-pinning"]
+    # The probe is asked for the names through the runtime section.
+    assert Request(sections={"system", "runtime"}).to_probe()["runtime"] == {"apt_prefixes": ["nvidia-driver-pinning-"]}

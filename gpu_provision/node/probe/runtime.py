@@ -62,13 +62,19 @@ def _driver_installed_at():
     return max(times) if times else None
 
 
-def _available(prefix, kernels):
-    """apt packages named ``prefix...-KERNEL`` for one of ``kernels`` that the package index knows."""
+def _index_names(prefixes):
+    """The package index's names that start with one of ``prefixes``: one ``apt-cache pkgnames`` for all of them
+    (each call loads apt's whole cache)."""
     if not shutil.which("apt-cache"):
         return []
-    text = _run(["apt-cache", "pkgnames", prefix]) or ""
+    text = _run(["apt-cache", "pkgnames"] + (list(prefixes) if len(prefixes) == 1 else [])) or ""
+    return [name for name in text.split() if name.startswith(tuple(prefixes))]
+
+
+def _available(names, prefix, kernels):
+    """Of the index's ``names``, those named ``prefix...-KERNEL`` for one of ``kernels``."""
     suffixes = tuple("-" + k for k in kernels if k)
-    return sorted(name for name in text.split() if suffixes and name.endswith(suffixes))
+    return sorted(name for name in names if suffixes and name.startswith(prefix) and name.endswith(suffixes))
 
 
 def _dev_char_missing():
@@ -88,12 +94,15 @@ def _dev_char_missing():
 
 
 def collect(request):
-    """Read everything; ``request`` is unused (a handful of local commands)."""
+    """Read everything (a handful of local commands); ``request`` may name ``apt_prefixes``, whose packages the
+    index knows are listed under ``apt_names`` (NVIDIA's driver pinning packages)."""
     running = running_kernel()
     kernels = {running}
     with contextlib.suppress(OSError):
         kernels.update(n for n in os.listdir(MODULES_DIR) if n[:1].isdigit())
-    return {
+    prefixes = list((request or {}).get("apt_prefixes", []))
+    names = _index_names(["linux-modules-nvidia-", "linux-headers-"] + prefixes)
+    out = {
         "nvidia_ctk_version": _version(["nvidia-ctk", "--version"], r"version (\d+\.\d+\.\d+)"),
         "containerd_version": _version(["containerd", "--version"], r"\sv?(\d+\.\d+\.\d+)"),
         "docker_version": _version(["dockerd", "--version"], r"version (\d+\.\d+\.\d+)"),
@@ -101,7 +110,10 @@ def collect(request):
         "cdi_run_spec_mtime": _mtime(RUN_CDI_SPEC),
         "driver_installed_at": _driver_installed_at(),
         # Ubuntu's signed precompiled NVIDIA modules, and header packages, for the running and installed kernels.
-        "precompiled_modules": _available("linux-modules-nvidia-", sorted(kernels)),
-        "headers_available": _available("linux-headers-", sorted(kernels)),
+        "precompiled_modules": _available(names, "linux-modules-nvidia-", sorted(kernels)),
+        "headers_available": _available(names, "linux-headers-", sorted(kernels)),
         "dev_char_missing": _dev_char_missing(),
     }
+    if prefixes:
+        out["apt_names"] = {p: sorted(n for n in names if n.startswith(p)) for p in prefixes}
+    return out
