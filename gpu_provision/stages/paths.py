@@ -18,7 +18,7 @@ from gpu_provision.operations import packages
 from gpu_provision.operations.kubernetes import upgrade
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.vendordata import package_data
-from gpu_provision.stages import distro, driver, kubernetes, runtime, toolkit
+from gpu_provision.stages import distro, driver, kubernetes, preflight, runtime, toolkit
 from gpu_provision.state import NodeStateData
 
 SELINUX_CONFIG = "/etc/selinux/config"
@@ -185,7 +185,8 @@ def paths() -> list[tuple[str, str, dict[str, Any], Choice]]:
 def render_path(node: Node, cluster: Cluster, manager: str, system: dict[str, Any], choice: Choice) -> str:
     """One path's section: per stage its repository files and commands."""
     state = state_for(manager, system, choice.secure_boot)
-    lines = []
+    warning = preflight.branch_warning(node_for(node, choice), state)
+    lines = [f"> Preflight warns: {warning} (source `cuda-repo-branches`).\n"] if warning else []
     for stage, files, commands in steps(node_for(node, choice), cluster, state):
         lines.append(f"#### {stage}\n")
         for want in files:

@@ -18,7 +18,7 @@ from gpu_provision import kernel_guard
 from gpu_provision.desired import Difference, Want
 from gpu_provision.inventory import cluster_for, node_for
 from gpu_provision.node.versions import minor
-from gpu_provision.operations import commands
+from gpu_provision.operations import commands, repos
 from gpu_provision.operations.commands import current_state
 from gpu_provision.operations.packages import family, names
 from gpu_provision.spec import catalog as gpus
@@ -180,6 +180,27 @@ def _pinning_findings(node: Node, state: NodeStateData) -> list[Finding]:
                                       "for, or give driver.branch alone")]
 
 
+def branch_warning(node: Node, state: NodeStateData) -> str | None:
+    """Why the wanted driver branch may be missing from NVIDIA's CUDA repository for this release and architecture:
+    it is older than the first branch the repository was seen to carry (``packages.json``
+    ``cuda_repository.first_branch``). A warning, since that reading may be out of date."""
+    if not driver.managed(node) or not driver.uses_repository(state, node):
+        return None
+    values = repos.placeholders(state.system)
+    path = f"{values['distro']}/{values['cuda_arch']}"
+    first = package_data()["cuda_repository"]["first_branch"].get(path)
+    branch = node.driver.spell("branch")
+    if not first or int(branch) >= int(first):
+        return None
+    return (f"NVIDIA's CUDA repository for {path} was seen to carry driver branches from {first} on, not {branch}: "
+            f"the install may find no package of branch {branch} there")
+
+
+def _branch_findings(node: Node, state: NodeStateData) -> list[Finding]:
+    warning = branch_warning(node, state)
+    return [Finding("driver-branch", warning, fatal=False)] if warning else []
+
+
 def _runtime_findings(node: Node, state: NodeStateData) -> list[Finding]:
     rt = node.container_runtime
     if rt.docker_source == "distro" and state.package_manager == "dnf":
@@ -233,7 +254,7 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
         return late
     out = [*_os_findings(state), *_resource_findings(state), *_module_findings(node, state),
            *_kernel_guard_findings(node, state), *_gpu_findings(node, state), *_fabric_findings(node, state),
-           *_pinning_findings(node, state), *_runtime_findings(node, state),
+           *_branch_findings(node, state), *_pinning_findings(node, state), *_runtime_findings(node, state),
            *kubernetes_findings(cluster, state)]
     if "nouveau" in state.system.get("modules", []):
         out.append(Finding("nouveau", "nouveau is loaded; the driver stage blacklists it and the node needs a "

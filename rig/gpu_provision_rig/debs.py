@@ -5,7 +5,8 @@ Layout of a package source: ``standins/<repo>/<package>/`` holding
 - ``control``: the Debian control file (``@VERSION@``, ``@UPSTREAM@`` and ``vars.json`` names are substituted);
 - ``versions`` (optional): the versions to build, one .deb each (else the control file's own Version);
 - ``root/``: files installed as they lie (paths and text contents substituted; the executable bit is kept);
-- ``vars.json`` (optional): more ``@NAME@`` substitutions;
+- ``vars.json`` (optional): more ``@NAME@`` substitutions; under ``by_branch``, per driver branch (``"590"``), values
+  that replace them for that branch's versions;
 - ``build.json`` (optional): ``copy`` (package path or glob -> destination; a destination ending in ``/`` is a
   directory), ``files`` (destination -> literal text) and ``scripts`` (maintainer script -> package path);
 - ``preinst``/``postinst``/``prerm``/``postrm`` (optional): maintainer scripts.
@@ -127,7 +128,10 @@ def _executable(path: Path) -> bool:
 def collect(source: PackageSource, version: str) -> tuple[str, dict[str, tuple[bytes, int]], dict[str, bytes]]:
     """The package's control text, its files (destination -> (content, mode)) and maintainer scripts."""
     variables = {"VERSION": version, "UPSTREAM": upstream_version(version)}
-    variables.update(_load_json(source.directory / "vars.json"))
+    loaded = dict(_load_json(source.directory / "vars.json"))
+    by_branch = loaded.pop("by_branch", {})
+    variables.update(loaded)
+    variables.update(by_branch.get(upstream_version(version).split(".")[0], {}))
     build = _load_json(source.directory / "build.json")
 
     def content(raw: bytes) -> bytes:

@@ -4,7 +4,8 @@
 ``dest/www`` (the directory to serve at http://10.77.0.1:8080/):
 
 - ``cuda/debian12/x86_64/``: NVIDIA's CUDA repository for Debian 12 (driver, kernel modules, fabric manager, DCGM),
-  and the same packages at ``cuda/debian13/x86_64/`` for Debian 13 (:data:`ALSO_SERVED_AT`);
+  and for Debian 13 at ``cuda/debian13/x86_64/`` (:data:`ALSO_SERVED_AT`), each with the driver branches its real
+  repository has (:data:`SERVED_BRANCHES`);
 - ``libnvidia-container/stable/deb/amd64/``: NVIDIA's container toolkit repository;
 - ``kubernetes/core:/stable:/v1.36/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
 
@@ -21,6 +22,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -45,11 +47,20 @@ REPOS: dict[str, str] = {
 
 ALSO_SERVED_AT: dict[str, tuple[str, ...]] = {
     # NVIDIA's debian13 repository carries the driver under Debian 12's package names (public Debian 13 install
-    # notes take nvidia-driver-pinning-580, cuda-drivers, nvidia-open and nvidia-kernel-open-dkms from
-    # .../cuda/repos/debian13/x86_64/); which 580 versions it holds is unconfirmed, so it serves Debian 12's.
+    # notes take nvidia-driver-pinning-<branch>, cuda-drivers, nvidia-open and nvidia-kernel-open-dkms from
+    # .../cuda/repos/debian13/x86_64/), from another first branch: SERVED_BRANCHES.
     "cuda": ("cuda/debian13/x86_64",),
 }
 """Further paths a repository's packages are served at, each indexed and signed on its own."""
+
+SERVED_BRANCHES: dict[str, tuple[str, ...]] = {
+    # gpu_provision/data/packages.json, cuda_repository.branches: debian12/x86_64 carried branches 545 to 615 and
+    # debian13/x86_64 590 to 615 (their Packages indexes, read by a public project on 2026-09-23). Each path serves
+    # stand-ins of one branch its real repository has.
+    "cuda/debian12/x86_64": ("580",),
+    "cuda/debian13/x86_64": ("590",),
+}
+"""The driver branches whose stand-ins a CUDA path serves; packages of no driver branch are served at every path."""
 
 RELEASE_FIELDS: dict[str, dict[str, str]] = {
     "cuda/debian12/x86_64": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
@@ -60,6 +71,23 @@ RELEASE_FIELDS: dict[str, dict[str, str]] = {
                                            "Label": "stand-in for pkgs.k8s.io core stable v1.36"},
 }
 """The Release fields of each served path."""
+
+
+def driver_branch(deb: debs.BuiltDeb) -> str | None:
+    """The driver branch a stand-in belongs to: its pinning package's (by name), else its version's first part
+    (``580.159.04-1``); None for a package of no driver branch (DCGM, the toolkit, Kubernetes)."""
+    named = re.match(r"nvidia-driver-pinning-(\d{3})(\.|$)", deb.name)
+    if named:
+        return named.group(1)
+    versioned = re.match(r"(\d{3})\.\d+", debs.upstream_version(deb.version))
+    return versioned.group(1) if versioned else None
+
+
+def serves(rel: str, deb: debs.BuiltDeb) -> bool:
+    """Whether the path ``rel`` serves ``deb`` (:data:`SERVED_BRANCHES`)."""
+    branches = SERVED_BRANCHES.get(rel)
+    branch = driver_branch(deb)
+    return branches is None or branch is None or branch in branches
 
 
 def served() -> list[tuple[str, str]]:
@@ -224,7 +252,7 @@ def build_mirror(dest: Path) -> MirrorInfo:
             key_path = _publish_key(root, home, fingerprint)
             for name, rel in served():
                 repo_dir = root / rel
-                wanted = [deb for deb in built if deb.repo == name]
+                wanted = [deb for deb in built if deb.repo == name and serves(rel, deb)]
                 _sync_debs(repo_dir, wanted)
                 digest = hashlib.sha256(f"{INDEX_FORMAT} {fingerprint} {RELEASE_FIELDS.get(rel)}".encode())
                 for deb in sorted(wanted, key=lambda d: d.path.name):

@@ -1,8 +1,9 @@
 """The host stack on a Debian 13 rig node: NVIDIA's debian13 repository path and trixie's own Docker.
 
-The driver comes from the rig's stand-in for ``.../cuda/repos/debian13/x86_64/`` (the same stand-in packages as
-Debian 12's path: NVIDIA's debian13 repository carries the driver under the same names; which 580 versions it holds
-is unconfirmed, rig/gpu_provision_rig/mirror.py), with NVIDIA's branch pinning package installed first. Docker and
+The driver comes from the rig's stand-in for ``.../cuda/repos/debian13/x86_64/``, which serves the 590 branch:
+NVIDIA's debian13 repository carries the driver under Debian 12's package names but was seen carrying branches
+590 and later only (packages.json ``cuda-repo-branches``, rig/gpu_provision_rig/mirror.py). NVIDIA's branch
+pinning package is installed first. Docker and
 containerd are Debian 13's own (``docker.io`` 26.1, ``containerd`` 1.7) through the rig's apt proxy: the runtime
 files the toolkit and the deploy write meet real packages of another generation than bookworm's. The node converges
 as the sudo user, then a second run as root changes nothing, and drift finds nothing.
@@ -53,7 +54,8 @@ def cluster_file(rig, node, user: str, folder: Path) -> Path:  # type: ignore[no
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["cluster"]["ssh"].update(key=str(rig.paths.client_key), known_hosts=str(rig.paths.known_hosts), user=user)
     doc["cluster"]["controller_dirs"] = controller_dirs(rig)
-    doc["nodes"] = [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "H200", "count": 1}}]
+    doc["nodes"] = [{"name": node.name, "address": node.ssh_address, "gpus": {"model": "H200", "count": 1},
+                     "driver": {"branch": "590"}}]
     path = folder / f"cluster-{user}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -81,9 +83,10 @@ def test_debian13_converges_from_its_own_cuda_path_as_the_sudo_user_and_root_cha
     assert host.file("/etc/os-release").content_string.count('VERSION_CODENAME=trixie') == 1
     sources = host.file("/etc/apt/sources.list.d/cuda.sources").content_string
     assert "URIs: http://10.77.0.1:8080/cuda/debian13/x86_64/" in sources, sources
-    assert host.package("nvidia-driver-pinning-580").is_installed
-    assert "Pin: version 580.*" in host.file("/etc/apt/preferences.d/nvidia-driver-pin").content_string
-    assert host.package("nvidia-driver").version == "580.159.04-1"
+    assert host.package("nvidia-driver-pinning-590").is_installed
+    assert "Pin: version 590.*" in host.file("/etc/apt/preferences.d/nvidia-driver-pin").content_string
+    assert host.package("nvidia-driver").version == "590.48.01-1"
+    assert host.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader") == "590.48.01"
     assert set(HELD) <= set(host.check_output("apt-mark showhold").split())
     # Debian 13's own Docker, nvidia its default runtime.
     assert host.package("docker.io").version.startswith("26.")
@@ -106,8 +109,8 @@ def test_debian13_converges_from_its_own_cuda_path_as_the_sudo_user_and_root_cha
 def test_a_version_without_a_pinning_package_is_refused_by_preflight_and_nothing_changes(
         rig, node, pyinfra, ssh, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
     """Once the node's index knows NVIDIA's repository (the test above configured it), a driver version whose pinning
-    package the repository lacks (the stand-in has none for 580.95.05, as NVIDIA's may have none for versions older
-    than the packages) stops at preflight with the names it has; no package changes."""
+    package the repository lacks (580.95.05: debian13's repository was seen carrying branches 590 and later) stops at
+    preflight with the names it has, after the warning about the branch; no package changes."""
     before = ssh(node, "dpkg-query -W -f '${Package} ${Version}\\n' | sort").stdout
     doc = yaml.safe_load(cluster_file(rig, node, "root", tmp_path).read_text())
     doc["nodes"][0]["driver"] = {"version": "580.95.05"}
@@ -116,7 +119,9 @@ def test_a_version_without_a_pinning_package_is_refused_by_preflight_and_nothing
     monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(path))
     run = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
     assert run.returncode != 0
+    assert ("NVIDIA's CUDA repository for debian13/x86_64 was seen to carry driver branches from 590 on, not 580"
+            in run.output), run.output[-6000:]
     assert ("NVIDIA's CUDA repository, as this node's package index knows it, has no "
-            "nvidia-driver-pinning-580.95.05 (it has nvidia-driver-pinning-580, nvidia-driver-pinning-580.126.09, "
-            "nvidia-driver-pinning-580.159.04)") in run.output, run.output[-6000:]
+            "nvidia-driver-pinning-580.95.05 (it has nvidia-driver-pinning-590, nvidia-driver-pinning-590.48.01)"
+            in run.output), run.output[-6000:]
     assert ssh(node, "dpkg-query -W -f '${Package} ${Version}\\n' | sort").stdout == before

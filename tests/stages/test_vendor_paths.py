@@ -234,6 +234,14 @@ def test_distro_path_holds_the_vendors_facts(index: int, present: tuple[str, ...
     assert [fact for fact in absent if fact in text] == []
 
 
+def test_a_branch_older_than_the_repository_carries_is_warned_of() -> None:
+    # A public reading of the repositories' Packages.gz (2026-09-23): debian13/sbsa carries branches 595 and later,
+    # debian12/x86_64 545 and later (packages.json cuda-repo-branches).
+    assert "> Preflight warns: NVIDIA's CUDA repository for debian13/sbsa was seen to carry driver branches from 595 " \
+           "on, not 580" in _rendered("Debian 13, arm64", 0)
+    assert "Preflight warns" not in _rendered("Debian 12, x86_64", 0)
+
+
 def test_debian_pinning_package_is_installed_before_the_driver_packages() -> None:
     # The guide: 'install the pinning package prior to installing the driver'.
     text = _rendered("Debian 12, x86_64", 0)

@@ -128,13 +128,30 @@ def test_apt_refuses_the_mirror_with_the_wrong_key(chroot: Chroot) -> None:
     assert "NO_PUBKEY" in text or "is not signed" in text
 
 
-def test_debian13_cuda_path_serves_the_same_packages_signed_on_its_own(mirror: MirrorInfo) -> None:
-    twelve, thirteen = mirror.root / "cuda/debian12/x86_64", mirror.root / "cuda/debian13/x86_64"
-    assert (twelve / "Packages").read_text() == (thirteen / "Packages").read_text()
-    assert "Label: stand-in for NVIDIA CUDA debian13 x86_64" in (thirteen / "Release").read_text()
-    assert "BEGIN PGP SIGNED MESSAGE" in (thirteen / "InRelease").read_text()
-    assert (thirteen / "gpu-provision-rig.pub").read_text() == mirror.key_path.read_text()
-    assert "nvidia-driver-pinning-580" in (thirteen / "Packages").read_text()
+def _index(path: Path) -> set[tuple[str, str]]:
+    """(package, version) of every paragraph of a Packages file."""
+    out = set()
+    for para in path.read_text().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in para.splitlines() if ": " in line and not line.startswith(" "))
+        if "Package" in fields:
+            out.add((fields["Package"], fields["Version"]))
+    return out
+
+
+def test_each_cuda_path_serves_the_driver_branch_its_real_repository_has(mirror: MirrorInfo) -> None:
+    """NVIDIA's debian13 repository was seen carrying branches 590 and later, debian12's 545 and later (packages.json
+    cuda-repo-branches): Debian 13's path serves the 590 stand-ins, Debian 12's the 580 ones, both everything of no
+    driver branch (DCGM)."""
+    twelve = _index(mirror.root / "cuda/debian12/x86_64/Packages")
+    thirteen = _index(mirror.root / "cuda/debian13/x86_64/Packages")
+    assert ("nvidia-driver", "590.48.01-1") in thirteen and ("nvidia-driver-pinning-590", "590-1") in thirteen
+    assert not any(v.startswith("580.") or n.startswith("nvidia-driver-pinning-580") for n, v in thirteen)
+    assert ("nvidia-driver", "580.159.04-1") in twelve and not any(v.startswith("590.") for _, v in twelve)
+    assert ("datacenter-gpu-manager", "1:3.3.9") in twelve & thirteen
+    thirteen_dir = mirror.root / "cuda/debian13/x86_64"
+    assert "Label: stand-in for NVIDIA CUDA debian13 x86_64" in (thirteen_dir / "Release").read_text()
+    assert "BEGIN PGP SIGNED MESSAGE" in (thirteen_dir / "InRelease").read_text()
+    assert (thirteen_dir / "gpu-provision-rig.pub").read_text() == mirror.key_path.read_text()
 
 
 def test_second_mirror_build_reuses_everything(mirror: MirrorInfo) -> None:
