@@ -48,7 +48,7 @@ class Request:
         if "gpu" in self.sections:
             out["gpu"] = {"nvlink5_bridge": _nvlink5_bridge()}
         if "runtime" in self.sections:
-            out["runtime"] = {"apt_prefixes": _pinning_prefixes()}
+            out["runtime"] = {"apt_prefixes": pinning_prefixes()}
         if "kubernetes" in self.sections:
             out["kubernetes"] = {"kubelet_binary": package_data()["kubernetes"]["upgrade"]["kubelet_binary"]}
         return out
@@ -63,7 +63,7 @@ class Request:
         return cls(**{k: set(v) for k, v in json.loads(text).items()})
 
 
-def _pinning_prefixes() -> list[str]:
+def pinning_prefixes() -> list[str]:
     """The name prefix of NVIDIA's driver pinning packages (``packages.json``, ``driver.<family>.pinning``), whose
     names the package index knows the runtime section lists."""
     return sorted({e["pinning"]["prefix"] for e in package_data()["driver"].values() if e.get("pinning")})

@@ -25,7 +25,7 @@ from gpu_provision.spec import catalog as gpus
 from gpu_provision.spec.model import Cluster, Node
 from gpu_provision.spec.vendordata import package_data
 from gpu_provision.stages import distro, fabric
-from gpu_provision.state import NodeStateData, Request
+from gpu_provision.state import NodeStateData, Request, pinning_prefixes
 
 NAME = "driver"
 BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
@@ -369,7 +369,7 @@ def request(node: Node, cluster: Cluster) -> Request:
     if not node.has_gpus:
         return req
     req.packages |= _all_package_names(node) | _pinning_names(node)
-    req.package_prefixes |= {p["prefix"] for p in _pinning_entries()}
+    req.package_prefixes |= set(pinning_prefixes())
     req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST, fabric.modules_file(),
                   *(f"/sys/module/{m}" for m in package_data()["nvlink5_bridge"]["modules"])} | repos.repository_request(
         "cuda").files | distro_files()

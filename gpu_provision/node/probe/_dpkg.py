@@ -24,20 +24,22 @@ ERROR = {"ok": " ", "reinstreq": "R"}
 _QUERY_FORMAT = "${Package}\t${Version}\t${db:Status-Abbrev}\n"
 
 
-def entries(names=(), prefix=None, admin_dir=None):
-    """The entries of the packages in ``names``, or of every package whose name starts with ``prefix``; a name
-    dpkg does not know has no entry. ``admin_dir``: dpkg's database (default :data:`ADMIN_DIR`). A ``dpkg-query``
-    that times out raises :class:`._command.TimedOut`."""
+def entries(names=(), prefix=None, admin_dir=None, prefixes=()):
+    """The entries of the packages in ``names`` and of every package whose name starts with ``prefix`` (or one of
+    ``prefixes``), from one read of the database; a name dpkg does not know has no entry, and a package both named
+    and matched may appear twice. ``admin_dir``: dpkg's database (default :data:`ADMIN_DIR`). A ``dpkg-query`` that
+    times out raises :class:`._command.TimedOut`."""
     names = sorted(set(names))
+    prefixes = sorted(set(prefixes) | ({prefix} if prefix else set()))
     admin_dir = admin_dir or ADMIN_DIR
-    if not names and not prefix:
+    if not names and not prefixes:
         return []
     text = _status_text(admin_dir)
     if text is None:  # a journal to read too, or no dpkg database at all (an rpm node: no process for that)
-        return _query(names, prefix, admin_dir) if _command.available("dpkg-query") else []
+        return _query(names, prefixes, admin_dir) if _command.available("dpkg-query") else []
     found = []
     # A paragraph starts with its Package line; an exact name is that whole line, a prefix its start.
-    for needle in (["\nPackage: " + prefix] if prefix else ["\nPackage: %s\n" % name for name in names]):
+    for needle in ["\nPackage: " + p for p in prefixes] + ["\nPackage: %s\n" % name for name in names]:
         at = text.find(needle)
         while at >= 0:
             end = text.find("\n\n", at + 1)
@@ -76,8 +78,10 @@ def _paragraph(text):
     return name, fields.get("Version", ""), abbrev
 
 
-def _query(names, prefix, admin_dir):
-    argv = ["dpkg-query", "--admindir", admin_dir, "-W", "-f", _QUERY_FORMAT] + ([prefix + "*"] if prefix else names)
+def _query(names, prefixes, admin_dir):
+    # ``prefixes``: a sequence, or one prefix or None as the evidence scripts under tests/fixtures/device pass them.
+    prefixes = [prefixes] if isinstance(prefixes, str) else list(prefixes or ())
+    argv = ["dpkg-query", "--admindir", admin_dir, "-W", "-f", _QUERY_FORMAT] + [p + "*" for p in prefixes] + names
     found = []
     for line in _command.output(argv).splitlines():
         parts = line.split("\t")

@@ -22,13 +22,13 @@ def collect(request):
         out["prefixed"] = {}
     if os.path.exists("/usr/bin/dpkg-query"):
         out["manager"] = "apt"
-        for prefix in prefixes:
-            entries = [e for e in _dpkg.entries(prefix=prefix) if e[2][1:2] == "i"]
-            out["prefixed"][prefix] = sorted(e[0] for e in entries)
-            names = sorted(set(names) | set(out["prefixed"][prefix]))
         found = {}
         held = set()
-        for name, version, abbrev in _dpkg.entries(names):
+        read = _dpkg.entries(names, prefixes=prefixes)  # one read of dpkg's database for names and prefixes
+        for prefix in prefixes:
+            out["prefixed"][prefix] = sorted({e[0] for e in read if e[0].startswith(prefix) and e[2][1:2] == "i"})
+            names = sorted(set(names) | set(out["prefixed"][prefix]))
+        for name, version, abbrev in read:
             # Installed (status letter "i"), whatever the selection: a held package is installed too.
             if abbrev[1:2] == "i":
                 found[name] = version
