@@ -8,11 +8,15 @@ Layout of a package source: ``standins/<repo>/<package>/`` holding
 - ``vars.json`` (optional): more ``@NAME@`` substitutions; under ``by_branch``, per driver branch (``"590"``), values
   that replace them for that branch's versions;
 - ``build.json`` (optional): ``copy`` (package path or glob -> destination; a destination ending in ``/`` is a
-  directory), ``files`` (destination -> literal text) and ``scripts`` (maintainer script -> package path);
+  directory), ``files`` (destination -> literal text), ``scripts`` (maintainer script -> package path) and
+  ``debian`` (a Debian archive package -> {path in it -> destination}: files taken from the real package, which
+  ``apt-get download`` fetches once into the rig's cache, for stand-ins that wrap real programs);
 - ``preinst``/``postinst``/``prerm``/``postrm`` (optional): maintainer scripts.
 
 Files under ``etc/`` become conffiles. Each .deb is rebuilt only when the hash of everything that goes into it
-changes, so a second build with unchanged sources reuses the files.
+changes, so a second build with unchanged sources reuses the files. A package with files from the Debian archive
+(tens of megabytes of programs) is also kept in the rig's cache by that hash, so a build into another directory
+links it instead of compressing it again.
 
 A package path starts with the name of an importable package (``gpu_provision_rig/sim/gpusim.py``,
 ``gpu_provision/data/gpus/*.json``) and is found where that package is installed, so the rig builds the same
@@ -40,6 +44,14 @@ BUILD_FORMAT = 1
 # Fixed file times: the same sources give the same package contents.
 SOURCE_DATE_EPOCH = 1767225600  # 2026-01-01T00:00:00Z
 SCRIPT_NAMES = ("preinst", "postinst", "prerm", "postrm")
+
+
+def debian_archive() -> Path:
+    """In the rig's cache: the Debian archive packages fetched for ``build.json`` ``debian`` entries, their
+    unpacked trees (``<name>_<version>_<arch>/``), and the stand-ins built from them (``built/<hash>/``)."""
+    from gpu_provision_rig.config import RigPaths
+
+    return RigPaths.from_env().cache / "debian-archive"
 
 
 class DebBuildError(RigError):
@@ -125,8 +137,34 @@ def _executable(path: Path) -> bool:
         return fh.read(2) == b"#!"
 
 
-def collect(source: PackageSource, version: str) -> tuple[str, dict[str, tuple[bytes, int]], dict[str, bytes]]:
-    """The package's control text, its files (destination -> (content, mode)) and maintainer scripts."""
+def debian_tree(package: str, archive: Path) -> Path:
+    """The unpacked tree of the Debian archive package ``package`` (the host's candidate version), fetched with
+    ``apt-get download`` and unpacked the first time only."""
+    archive.mkdir(parents=True, exist_ok=True)
+    found = sorted(archive.glob(f"{package}_*.deb"))
+    if not found:
+        proc = subprocess.run(["apt-get", "download", package], cwd=archive, capture_output=True, text=True,
+                              check=False)
+        found = sorted(archive.glob(f"{package}_*.deb"))
+        if proc.returncode != 0 or not found:
+            raise DebBuildError(f"apt-get download {package} failed (exit {proc.returncode}): "
+                                f"{(proc.stderr or proc.stdout).strip()[-400:]}")
+    tree = archive / found[-1].name.removesuffix(".deb")
+    if not tree.is_dir():
+        partial = archive / f".{tree.name}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        proc = subprocess.run(["dpkg-deb", "-x", str(found[-1]), str(partial)], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode != 0:
+            raise DebBuildError(f"dpkg-deb -x {found[-1].name} failed: {proc.stderr.strip()}")
+        os.replace(partial, tree)
+    return tree
+
+
+def collect(source: PackageSource, version: str,
+            archive: Path | None = None) -> tuple[str, dict[str, tuple[bytes, int]], dict[str, bytes]]:
+    """The package's control text, its files (destination -> (content, mode)) and maintainer scripts; ``archive``
+    holds the Debian packages that ``build.json`` ``debian`` takes files from."""
     variables = {"VERSION": version, "UPSTREAM": upstream_version(version)}
     loaded = dict(_load_json(source.directory / "vars.json"))
     by_branch = loaded.pop("by_branch", {})
@@ -156,6 +194,15 @@ def collect(source: PackageSource, version: str) -> tuple[str, dict[str, tuple[b
             files[target] = (content(path.read_bytes()), 0o755 if _executable(path) else 0o644)
     for dest, text in build.get("files", {}).items():
         files[substitute(dest, variables)] = (substitute(text, variables).encode("utf-8"), 0o644)
+    for package, paths in build.get("debian", {}).items():
+        if archive is None:
+            raise DebBuildError(f"{source.name}: build.json takes files from {package} but no archive was given")
+        tree = debian_tree(package, archive)
+        for inside, dest in paths.items():
+            path = (tree / inside).resolve()
+            if not path.is_file() or not path.is_relative_to(tree.resolve()):
+                raise DebBuildError(f"{source.name}: {package} has no file {inside}")
+            files[substitute(dest, variables)] = (path.read_bytes(), 0o755 if path.stat().st_mode & 0o111 else 0o644)
     scripts: dict[str, bytes] = {}
     for name in SCRIPT_NAMES:
         path = source.directory / name
@@ -217,7 +264,9 @@ def _stage(stage: Path, control: str, files: dict[str, tuple[bytes, int]], scrip
 
 def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
     """Build (or reuse) one .deb of ``source`` at ``version`` under ``out_dir/<repo>/``."""
-    control, files, scripts = collect(source, version)
+    from_debian = bool(_load_json(source.directory / "build.json").get("debian"))
+    archive = debian_archive() if from_debian else None
+    control, files, scripts = collect(source, version, archive)
     name = control_field(control, "Package") or source.name
     arch = control_field(control, "Architecture") or "all"
     description = control_field(control, "Description") or ""
@@ -229,6 +278,11 @@ def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
     marker = repo_dir / f".{target.name}.sha256"
     wanted = content_hash(control, files, scripts)
     if target.exists() and marker.exists() and marker.read_text().strip() == wanted:
+        return BuiltDeb(source.repo, name, version, target)
+    shared = archive / "built" / wanted / target.name if archive is not None else None
+    if shared is not None and shared.is_file():
+        _link(shared, target)
+        marker.write_text(wanted + "\n")
         return BuiltDeb(source.repo, name, version, target)
     with tempfile.TemporaryDirectory(prefix=f"deb-{name}-", dir=repo_dir) as tmp:
         stage = Path(tmp) / "stage"
@@ -242,8 +296,22 @@ def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
         if proc.returncode != 0:
             raise DebBuildError(f"{name} {version}: dpkg-deb failed: {proc.stderr.strip() or proc.stdout.strip()}")
         os.replace(partial, target)
+    if shared is not None:
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        _link(target, shared)
     marker.write_text(wanted + "\n")
     return BuiltDeb(source.repo, name, version, target)
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` becomes ``source``'s content: a hard link where the file system allows, else a copy."""
+    partial = target.with_name(f".{target.name}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        os.link(source, partial)
+    except OSError:
+        shutil.copyfile(source, partial)
+    os.replace(partial, target)
 
 
 def build_all(out_dir: Path, standins_dir: Path = STANDINS_DIR) -> list[BuiltDeb]:

@@ -7,9 +7,11 @@
   and for Debian 13 at ``cuda/debian13/x86_64/`` (:data:`ALSO_SERVED_AT`), each with the driver branches its real
   repository has (:data:`SERVED_BRANCHES`);
 - ``libnvidia-container/stable/deb/amd64/``: NVIDIA's container toolkit repository;
-- ``kubernetes/core:/stable:/v1.36/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any).
+- ``kubernetes/core:/stable:/v1.36/deb/``: the pkgs.k8s.io layout (packages from ``standins/kubernetes/`` if any);
+- ``docker/linux/debian/``: Docker's repository for Debian 12 (docker-ce, docker-ce-cli, containerd.io), laid out as
+  Docker's is (:data:`SUITES`): ``deb [signed-by=KEY] URL bookworm stable``.
 
-Each is a flat repository (``deb [signed-by=KEY] URL/ /``) with ``Packages``, ``Packages.gz``, ``Release``,
+The others are flat repositories (``deb [signed-by=KEY] URL/ /``) with ``Packages``, ``Packages.gz``, ``Release``,
 ``InRelease`` and ``Release.gpg``, signed with one key generated on the first build (no passphrase; the keyring
 stays in ``dest/gnupg``, outside the served tree, and is reused). The public key is served at ``keys/`` and at
 the places the upstream instructions fetch it from. A repository whose packages and key are unchanged is not
@@ -42,6 +44,7 @@ REPOS: dict[str, str] = {
     "cuda": "cuda/debian12/x86_64",
     "libnvidia-container": "libnvidia-container/stable/deb/amd64",
     "kubernetes": "kubernetes/core:/stable:/v1.36/deb",
+    "docker": "docker/linux/debian",
 }
 """Repository name (the ``standins/<name>/`` directory) -> path under the served root."""
 
@@ -62,6 +65,14 @@ SERVED_BRANCHES: dict[str, tuple[str, ...]] = {
 }
 """The driver branches whose stand-ins a CUDA path serves; packages of no driver branch are served at every path."""
 
+SUITES: dict[str, tuple[str, str]] = {
+    # docs.docker.com/engine/install/debian/: 'deb [arch=... signed-by=/etc/apt/keyrings/docker.asc]
+    # https://download.docker.com/linux/debian <codename> stable'; the index at dists/<codename>/stable/binary-<arch>/
+    # and the packages under dists/<codename>/pool/stable/<arch>/, as Docker's repository keeps them.
+    "docker/linux/debian": ("bookworm", "stable"),
+}
+"""Paths served as one suite with one component (path -> (suite, component)); every other path is flat."""
+
 RELEASE_FIELDS: dict[str, dict[str, str]] = {
     "cuda/debian12/x86_64": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian12 x86_64"},
     "cuda/debian13/x86_64": {"Origin": "gpu-provision test rig", "Label": "stand-in for NVIDIA CUDA debian13 x86_64"},
@@ -69,6 +80,7 @@ RELEASE_FIELDS: dict[str, dict[str, str]] = {
                                              "Label": "stand-in for NVIDIA libnvidia-container"},
     "kubernetes/core:/stable:/v1.36/deb": {"Origin": "gpu-provision test rig",
                                            "Label": "stand-in for pkgs.k8s.io core stable v1.36"},
+    "docker/linux/debian": {"Origin": "gpu-provision test rig", "Label": "stand-in for Docker CE debian"},
 }
 """The Release fields of each served path."""
 
@@ -102,10 +114,11 @@ KEY_COPIES: tuple[str, ...] = (
     "cuda/debian13/x86_64/gpu-provision-rig.pub",
     "libnvidia-container/gpgkey",
     "kubernetes/core:/stable:/v1.36/deb/Release.key",
+    "docker/linux/debian/gpg",
 )
 KEY_UID = "gpu-provision test rig mirror <rig-mirror@gpu-provision.invalid>"
 # Bump when the index layout or Release fields change, so repositories are re-indexed.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 
 
 class MirrorError(RigError):
@@ -199,23 +212,55 @@ def _sync_debs(repo_dir: Path, wanted: list[debs.BuiltDeb]) -> None:
             shutil.copy2(deb.path, target)
 
 
-def _index(rel: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
-    """Write Packages(.gz) and Release with apt-ftparchive, then InRelease and Release.gpg."""
-    for stale in ("Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"):
-        (repo_dir / stale).unlink(missing_ok=True)
-    _run(["apt-ftparchive", "packages", "."], cwd=repo_dir, stdout_path=repo_dir / "Packages")
-    with open(repo_dir / "Packages", "rb") as src, gzip.GzipFile(repo_dir / "Packages.gz", "wb", mtime=0) as dst:
+def _packages(repo_dir: Path, pool: str, out_dir: Path) -> None:
+    """Write ``Packages`` and ``Packages.gz`` into ``out_dir`` for the .debs under ``repo_dir/pool``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _run(["apt-ftparchive", "packages", pool], cwd=repo_dir, stdout_path=out_dir / "Packages")
+    with open(out_dir / "Packages", "rb") as src, gzip.GzipFile(out_dir / "Packages.gz", "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)
+
+
+def _release(release_dir: Path, fields: dict[str, str], home: Path, fingerprint: str) -> None:
+    """Write Release over the indexes under ``release_dir``, then sign it: InRelease and Release.gpg."""
     options = []
-    for key, value in {**RELEASE_FIELDS.get(rel, {}), "Suite": "stable", "Architectures": "amd64 all"}.items():
+    for key, value in fields.items():
         options += ["-o", f"APT::FTPArchive::Release::{key}={value}"]
-    release = _run(["apt-ftparchive", *options, "release", "."], cwd=repo_dir)
-    (repo_dir / "Release").write_text(release)
+    release = _run(["apt-ftparchive", *options, "release", "."], cwd=release_dir)
+    (release_dir / "Release").write_text(release)
     env = _gpg_env(home)
     _run([*GPG_BATCH, "--yes", "--local-user", fingerprint, "--clearsign", "--output", "InRelease", "Release"],
-         env=env, cwd=repo_dir)
+         env=env, cwd=release_dir)
     _run([*GPG_BATCH, "--yes", "--local-user", fingerprint, "--armor", "--detach-sign", "--output", "Release.gpg",
-          "Release"], env=env, cwd=repo_dir)
+          "Release"], env=env, cwd=release_dir)
+
+
+def release_dir(rel: str, repo_dir: Path) -> Path:
+    """Where the path's Release files lie: the repository itself when flat, else ``dists/<suite>/``."""
+    return repo_dir / "dists" / SUITES[rel][0] if rel in SUITES else repo_dir
+
+
+def pool_dir(rel: str, repo_dir: Path) -> Path:
+    """Where the path's .debs lie: the repository itself when flat, else ``dists/<suite>/pool/<component>/amd64/``."""
+    if rel not in SUITES:
+        return repo_dir
+    suite, component = SUITES[rel]
+    return repo_dir / "dists" / suite / "pool" / component / "amd64"
+
+
+def _index(rel: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
+    """Write the indexes with apt-ftparchive and sign the Release: flat, or one suite with one component."""
+    top = release_dir(rel, repo_dir)
+    for stale in ("Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"):
+        (top / stale).unlink(missing_ok=True)
+    fields = {**RELEASE_FIELDS.get(rel, {}), "Suite": "stable", "Architectures": "amd64 all"}
+    if rel in SUITES:
+        suite, component = SUITES[rel]
+        _packages(repo_dir, pool_dir(rel, repo_dir).relative_to(repo_dir).as_posix(),
+                  top / component / "binary-amd64")
+        fields.update(Suite=suite, Codename=suite, Components=component, Architectures="amd64")
+    else:
+        _packages(repo_dir, ".", repo_dir)
+    _release(top, fields, home, fingerprint)
 
 
 def _publish_key(root: Path, home: Path, fingerprint: str) -> Path:
@@ -253,12 +298,12 @@ def build_mirror(dest: Path) -> MirrorInfo:
             for name, rel in served():
                 repo_dir = root / rel
                 wanted = [deb for deb in built if deb.repo == name and serves(rel, deb)]
-                _sync_debs(repo_dir, wanted)
+                _sync_debs(pool_dir(rel, repo_dir), wanted)
                 digest = hashlib.sha256(f"{INDEX_FORMAT} {fingerprint} {RELEASE_FIELDS.get(rel)}".encode())
                 for deb in sorted(wanted, key=lambda d: d.path.name):
                     digest.update(f"{deb.path.name} {_file_hash(deb.path)}\n".encode())
                 marker = dest / f".index-{rel.replace('/', '_')}.sha256"
-                signed = all((repo_dir / f).exists() for f in ("Packages", "Release", "InRelease", "Release.gpg"))
+                signed = all((release_dir(rel, repo_dir) / f).exists() for f in ("Release", "InRelease", "Release.gpg"))
                 if signed and marker.exists() and marker.read_text().strip() == digest.hexdigest():
                     continue
                 _index(rel, repo_dir, home, fingerprint)

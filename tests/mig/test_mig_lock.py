@@ -28,14 +28,14 @@ def start(node: MigNode, layout: dict, name: str, *extra: str) -> subprocess.Pop
 
 
 def test_two_appliers_at_once_never_collide(mig_node: MigNode) -> None:
-    """Twenty times, two appliers start at the same moment, each wanting a layout the GPUs do not have (so both have
+    """Ten times, two appliers start at the same moment, each wanting a layout the GPUs do not have (so both have
     instances to destroy and create): both succeed, one after the other, and the GPUs end with one whole layout
     (never a mix, never a GPU without its instances). Without the lock the first trial already fails."""
     layouts = {"A": (A, BALANCED), "B": (B, TWO_3G), "W": (WHOLE, ["7g.141gb@0:8"])}
     have = "W"
     assert mig_node.apply(WHOLE).returncode == 0
     waited = 0
-    for trial in range(20):
+    for trial in range(10):
         wanted = [name for name in layouts if name != have]
         procs = [start(mig_node, layouts[name][0], f"{name}.json") for name in wanted]
         outputs = [proc.communicate(timeout=300)[0] for proc in procs]

@@ -220,3 +220,65 @@ def test_a_lower_toolkit_rolls_back_and_forward_held(rig, cluster_file, pyinfra,
         assert daemon["default-runtime"] == "nvidia"
         assert 'default_runtime_name = "nvidia"' in node_host(CONTAINERD_NODE).check_output("containerd config dump")
         assert drift(moved) == (0, {GPU_NODE.name: [], PLAIN_NODE.name: [], CONTAINERD_NODE.name: []})
+
+
+DOCKER_CE = ("docker-ce", "docker-ce-cli")
+DOCKER_MIRROR = "http://10.77.0.1:8080/docker/linux/{os}"
+
+
+def test_docker_from_docker_s_repository_replaces_docker_io_then_rolls_back_held(
+        rig, cluster_file, pyinfra, monkeypatch, drift, node_host, ssh, tmp_path):  # type: ignore[no-untyped-def]
+    """The GPU node moves from Debian's docker.io to Docker's own repository (the rig's stand-in, laid out as
+    download.docker.com is: ``deb URL bookworm stable``, epoch-5 versions, containerd.io with the CRI plugin
+    disabled in the config.toml it ships), 28.5.2 through plain pyinfra as root; then down to 28.5.1 through
+    ``gpu-provision rollout`` as the sudo user. Each way docker-ce and docker-ce-cli are held at the file's version,
+    docker.io is gone (Docker's packages conflict with it), nvidia stays Docker's default runtime, a container sees
+    its GPU, and drift finds nothing. The containerd node moves from Debian's containerd to containerd.io 1.7.28
+    (held) in the same first run, and its CRI plugin stays enabled with nvidia the default runtime."""
+    build_mirror(rig.paths.mirror)
+    for node in (GPU_NODE, CONTAINERD_NODE):  # when run on its own
+        assert ssh(node, HEADERS).returncode == 0
+    doc = yaml.safe_load(cluster_file.read_text())
+    doc["cluster"]["mirrors"]["docker"] = {"url": DOCKER_MIRROR, "key_url": DOCKER_MIRROR + "/gpg"}
+    gpu_doc = next(n for n in doc["nodes"] if n["name"] == GPU_NODE.name)
+    containerd_doc = next(n for n in doc["nodes"] if n["name"] == CONTAINERD_NODE.name)
+    containerd_doc["container_runtime"] = {"kind": "containerd", "docker_source": "docker", "version": "1.7.28"}
+    gpu, containerd = node_host(GPU_NODE), node_host(CONTAINERD_NODE)
+    for version, login, way in (("28.5.2", "root", "pyinfra"), ("28.5.1", SUDO_USER, "rollout")):
+        gpu_doc["container_runtime"] = {"docker_source": "docker", "version": version}
+        doc["cluster"]["ssh"]["user"] = login
+        moved = tmp_path / f"cluster-docker-{version}.yaml"
+        moved.write_text(yaml.safe_dump(doc, sort_keys=False))
+        monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
+        if way == "rollout":
+            env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
+            rolled = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", str(REPO / "inventory.py"),
+                                     "--json", "--poll", "1", "--report-dir", str(tmp_path / "reports")],
+                                    capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+            assert rolled.returncode == 0, (rolled.stdout + rolled.stderr)[-6000:]
+            results = {n["name"]: (n["result"], n["reason"]) for n in json.loads(rolled.stdout)["nodes"]}
+            assert results[GPU_NODE.name] == ("done", None), results
+            assert results[PLAIN_NODE.name] == results[CONTAINERD_NODE.name] == ("done", "nothing to change"), results
+        else:
+            result = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(DEPLOY, name="host_stack.py"), timeout=900)
+            assert result.returncode == 0, result.output[-6000:]
+        full = f"5:{version}-1~debian.12~bookworm"
+        assert {name: gpu.package(name).version for name in DOCKER_CE} == dict.fromkeys(DOCKER_CE, full)
+        assert set(DOCKER_CE) <= set(gpu.check_output("apt-mark showhold").split())
+        assert gpu.package("containerd.io").is_installed
+        assert not gpu.package("docker.io").is_installed and not gpu.package("containerd").is_installed
+        sources = gpu.file("/etc/apt/sources.list.d/docker.sources").content_string
+        assert "Suites: bookworm\n" in sources and "Components: stable\n" in sources, sources
+        assert json.loads(gpu.file("/etc/docker/daemon.json").content_string)["default-runtime"] == "nvidia"
+        assert gpu.service("docker").is_running and gpu.service("containerd").is_running
+        image = ssh(GPU_NODE, "docker image inspect rig/busybox:1 >/dev/null 2>&1 || (DEBIAN_FRONTEND=noninteractive "
+                              "apt-get install -y -q busybox-static && " + IMAGE + ")")
+        assert image.returncode == 0, image.stderr[-2000:]
+        run = ssh(GPU_NODE, "docker run --rm -e NVIDIA_VISIBLE_DEVICES=0 rig/busybox:1 /bin/busybox ls /dev")
+        assert run.returncode == 0, run.stderr
+        assert "nvidia0" in run.stdout.split() and "nvidia1" not in run.stdout.split()
+        assert containerd.package("containerd.io").version == "1.7.28-1~debian.12~bookworm"
+        assert "containerd.io" in containerd.check_output("apt-mark showhold").split()
+        dump = containerd.check_output("containerd config dump")
+        assert 'default_runtime_name = "nvidia"' in dump and '"cri"' not in dump.split("[")[0], dump[:2000]
+        assert drift(moved) == (0, {GPU_NODE.name: [], PLAIN_NODE.name: [], CONTAINERD_NODE.name: []})

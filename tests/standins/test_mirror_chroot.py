@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from simnode import FIXTURES, H200_HOST
 
-from gpu_provision_rig.mirror import REPOS, MirrorInfo, build_mirror, served
+from gpu_provision_rig.mirror import REPOS, SUITES, MirrorInfo, build_mirror, release_dir, served
 
 pytestmark = [
     pytest.mark.slow,
@@ -35,7 +35,9 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> MirrorInfo:
 
 
 def sources(keyring: str) -> str:
-    return "".join(f"deb [signed-by={keyring}] file:/mirror/{rel}/ /\n" for rel in REPOS.values())
+    """One source line per repository: flat, or Docker's suite and component."""
+    return "".join(f"deb [signed-by={keyring}] file:/mirror/{rel}/ {' '.join(SUITES.get(rel, ('/',)))}\n"
+                   for rel in REPOS.values())
 
 
 class Chroot:
@@ -154,12 +156,28 @@ def test_each_cuda_path_serves_the_driver_branch_its_real_repository_has(mirror:
     assert (thirteen_dir / "gpu-provision-rig.pub").read_text() == mirror.key_path.read_text()
 
 
+def test_docker_s_repository_is_one_suite_with_one_component(mirror: MirrorInfo) -> None:
+    """As download.docker.com/linux/debian: ``dists/bookworm/stable/binary-amd64/Packages`` indexing
+    ``dists/bookworm/pool/stable/amd64/``, a signed Release naming the suite and component, the key at ``gpg``."""
+    top = mirror.root / "docker/linux/debian"
+    index = top / "dists/bookworm/stable/binary-amd64/Packages"
+    assert ("docker-ce", "5:28.5.2-1~debian.12~bookworm") in _index(index)
+    filenames = [line.split(": ", 1)[1] for line in index.read_text().splitlines() if line.startswith("Filename: ")]
+    assert filenames and all(name.startswith("dists/bookworm/pool/stable/amd64/") for name in filenames)
+    assert all((top / name).is_file() for name in filenames)
+    release = (top / "dists/bookworm/Release").read_text()
+    assert all(line in release.splitlines() for line in ("Suite: bookworm", "Codename: bookworm",
+                                                         "Components: stable", "Architectures: amd64"))
+    assert " stable/binary-amd64/Packages.gz" in release
+    assert (top / "gpg").read_text() == mirror.key_path.read_text()
+
+
 def test_second_mirror_build_reuses_everything(mirror: MirrorInfo) -> None:
     dest = mirror.root.parent
-    inrelease = {rel: (mirror.root / rel / "InRelease").read_bytes() for _, rel in served()}
+    inrelease = {rel: (release_dir(rel, mirror.root / rel) / "InRelease").read_bytes() for _, rel in served()}
     again = build_mirror(dest)
     assert again == mirror
-    assert {rel: (again.root / rel / "InRelease").read_bytes() for _, rel in served()} == inrelease
+    assert {rel: (release_dir(rel, again.root / rel) / "InRelease").read_bytes() for _, rel in served()} == inrelease
     assert mirror.key_path.read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     assert not (mirror.root / "gnupg").exists() and (dest / "gnupg").is_dir(), "the private keyring is not served"
 

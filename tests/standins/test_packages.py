@@ -33,6 +33,9 @@ EXPECTED = {
     ("libnvidia-container", "nvidia-container-toolkit-base"): ["1.17.8-1", "1.17.7-1"],
     ("libnvidia-container", "libnvidia-container-tools"): ["1.17.8-1", "1.17.7-1"],
     ("libnvidia-container", "libnvidia-container1"): ["1.17.8-1", "1.17.7-1"],
+    ("docker", "docker-ce"): ["5:28.5.2-1~debian.12~bookworm", "5:28.5.1-1~debian.12~bookworm"],
+    ("docker", "docker-ce-cli"): ["5:28.5.2-1~debian.12~bookworm", "5:28.5.1-1~debian.12~bookworm"],
+    ("docker", "containerd.io"): ["1.7.28-1~debian.12~bookworm"],
 }
 
 
@@ -79,6 +82,40 @@ def test_relations_and_paths(built: list[debs.BuiltDeb]) -> None:
         "nvidia-driver (= 580.159.04-1), nvidia-kernel-open-dkms (= 580.159.04-1)")
     assert field(find(built, "cuda-drivers", "580.126.09-1"), "Depends") == (
         "nvidia-driver (= 580.126.09-1), nvidia-kernel-dkms (= 580.126.09-1)")
+
+
+def test_docker_s_packages_have_docker_s_shape(built: list[debs.BuiltDeb], tmp_path: Path) -> None:
+    """As docker/docker-ce-packaging and docker/containerd-packaging ship them: the engine and the CLI conflict with
+    Debian's docker.io; containerd.io provides, conflicts with and replaces containerd and runc, and ships a
+    config.toml that disables the CRI plugin; the programs lie in /usr/bin."""
+    engine = find(built, "docker-ce", "5:28.5.1-1~debian.12~bookworm")
+    assert engine.name == "docker-ce_28.5.1-1~debian.12~bookworm_amd64.deb"  # no epoch in a pool file name
+    assert field(engine, "Depends").startswith("containerd.io (>= 1.7.27), docker-ce-cli, iptables")
+    assert field(engine, "Conflicts") == field(find(built, "docker-ce-cli"), "Conflicts") == (
+        "docker (<< 1.5~), docker-engine, docker.io")
+    assert {"/usr/bin/dockerd", "/usr/bin/docker-proxy", "/usr/bin/docker-init", "/lib/systemd/system/docker.service",
+            "/lib/systemd/system/docker.socket"} <= contents(engine)
+    assert "/usr/bin/docker" in contents(find(built, "docker-ce-cli"))
+    runtime = find(built, "containerd.io")
+    for relation in ("Provides", "Conflicts", "Replaces"):
+        assert field(runtime, relation) == "containerd, runc"
+    assert {"/usr/bin/containerd", "/usr/bin/containerd-shim-runc-v2", "/usr/bin/ctr", "/usr/bin/runc",
+            "/lib/systemd/system/containerd.service", "/etc/containerd/config.toml"} <= contents(runtime)
+    subprocess.run(["dpkg-deb", "-R", str(runtime), str(tmp_path / "c")], check=True)
+    config = tomlkit.parse((tmp_path / "c/etc/containerd/config.toml").read_text())
+    assert config["disabled_plugins"] == ["cri"] and "version" not in config
+    assert (tmp_path / "c/DEBIAN/conffiles").read_text().split() == ["/etc/containerd/config.toml"]
+    assert os.access(tmp_path / "c/usr/bin/containerd", os.X_OK)
+
+
+def test_files_from_the_debian_archive_must_exist_in_the_package(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    standins = tmp_path / "standins"
+    shutil.copytree(debs.STANDINS_DIR / "docker", standins / "docker")
+    build = standins / "docker/containerd.io/build.json"
+    build.write_text(json.dumps({"debian": {"runc": {"../../../../etc/passwd": "usr/bin/x"}}}))
+    with pytest.raises(debs.DebBuildError, match=r"containerd.io: runc has no file \.\./"):
+        debs.build_all(tmp_path / "out", standins)
 
 
 def test_pinning_packages_ship_nvidias_pin_file_as_a_conffile(built: list[debs.BuiltDeb], tmp_path: Path) -> None:
