@@ -139,13 +139,20 @@ def _executable(path: Path) -> bool:
 
 def debian_tree(package: str, archive: Path) -> Path:
     """The unpacked tree of the Debian archive package ``package`` (the host's candidate version), fetched with
-    ``apt-get download`` and unpacked the first time only."""
+    ``apt-get download`` from the host's own sources (those its packages are installed from) and unpacked the
+    first time only."""
     archive.mkdir(parents=True, exist_ok=True)
     found = sorted(archive.glob(f"{package}_*.deb"))
     if not found:
-        proc = subprocess.run(["apt-get", "download", package], cwd=archive, capture_output=True, text=True,
-                              check=False)
-        found = sorted(archive.glob(f"{package}_*.deb"))
+        # Lists that are missing or older than the archive (a superseded revision answers 404): update once, retry.
+        for update in (False, True):
+            if update:
+                subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
+            proc = subprocess.run(["apt-get", "download", package], cwd=archive, capture_output=True, text=True,
+                                  check=False)
+            found = sorted(archive.glob(f"{package}_*.deb"))
+            if found:
+                break
         if proc.returncode != 0 or not found:
             raise DebBuildError(f"apt-get download {package} failed (exit {proc.returncode}): "
                                 f"{(proc.stderr or proc.stdout).strip()[-400:]}")
@@ -290,7 +297,9 @@ def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
         partial = Path(tmp) / target.name
         env = dict(os.environ, SOURCE_DATE_EPOCH=str(SOURCE_DATE_EPOCH))
         proc = subprocess.run(
-            ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(stage), str(partial)],
+            # Fastest gzip for the tens of megabytes of programs from the archive: built once, served locally.
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", *(["-z1"] if from_debian else []), "--build", str(stage),
+             str(partial)],
             capture_output=True, text=True, env=env, check=False,
         )
         if proc.returncode != 0:
