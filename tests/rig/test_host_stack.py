@@ -252,6 +252,14 @@ def test_docker_from_docker_s_repository_replaces_docker_io_then_rolls_back_held
         monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
         if way == "rollout":
             env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
+            planned = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", "plan",
+                                      str(REPO / "inventory.py"), "--json"],
+                                     capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+            plan = {n["name"]: n for n in json.loads(planned.stdout)["nodes"]}
+            # The lower version is planned as the higher one was: Docker's restart, both packages named.
+            assert plan[GPU_NODE.name]["disruption"] == "runtime-restart", plan[GPU_NODE.name]
+            assert {(c["kind"], c["item"], c["expected"]) for c in plan[GPU_NODE.name]["changes"]} >= {
+                ("package", name, f"5:{version}-1~debian.12~bookworm") for name in DOCKER_CE}, plan[GPU_NODE.name]
             rolled = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", str(REPO / "inventory.py"),
                                      "--json", "--poll", "1", "--report-dir", str(tmp_path / "reports")],
                                     capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)

@@ -90,7 +90,7 @@ def test_docker_s_packages_have_docker_s_shape(built: list[debs.BuiltDeb], tmp_p
     config.toml that disables the CRI plugin; the programs lie in /usr/bin."""
     engine = find(built, "docker-ce", "5:28.5.1-1~debian.12~bookworm")
     assert engine.name == "docker-ce_28.5.1-1~debian.12~bookworm_amd64.deb"  # no epoch in a pool file name
-    assert field(engine, "Depends").startswith("containerd.io (>= 1.7.27), docker-ce-cli, iptables")
+    assert field(engine, "Depends").startswith("containerd.io (>= 1.7.27), docker-ce-cli, iptables, libc6")
     assert field(engine, "Conflicts") == field(find(built, "docker-ce-cli"), "Conflicts") == (
         "docker (<< 1.5~), docker-engine, docker.io")
     assert {"/usr/bin/dockerd", "/usr/bin/docker-proxy", "/usr/bin/docker-init", "/lib/systemd/system/docker.service",
