@@ -181,6 +181,25 @@ TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvid
            "libnvidia-container1")
 
 
+def write_moved(doc: dict, path: Path, login: str, monkeypatch) -> Path:  # type: ignore[no-untyped-def]
+    """The changed cluster file, logging in as ``login``, made the one the deploy and the CLI read."""
+    doc["cluster"]["ssh"]["user"] = login
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(path))
+    return path
+
+
+def rollout_json(tmp_path: Path, *action: str, status: int = 0) -> dict:
+    """``gpu-provision rollout [ACTION] inventory.py --json`` over the host-stack stages, which must exit with
+    ``status`` (``plan`` exits 1 when it plans changes, as drift does); its JSON report."""
+    env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
+    options = [] if action else ["--poll", "1", "--report-dir", str(tmp_path / "reports")]
+    proc = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", *action, str(REPO / "inventory.py"),
+                           "--json", *options], capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    assert proc.returncode == status, (proc.stdout + proc.stderr)[-6000:]
+    return json.loads(proc.stdout)
+
+
 def test_a_lower_toolkit_rolls_back_and_forward_held(rig, cluster_file, pyinfra, monkeypatch, drift, node_host,
                                                    tmp_path):  # type: ignore[no-untyped-def]
     """1.17.8 -> 1.17.7 -> 1.17.8 (both published: NVIDIA's CHANGELOG, v1.17.7 of 2025-05-13): the four held packages
@@ -191,18 +210,9 @@ def test_a_lower_toolkit_rolls_back_and_forward_held(rig, cluster_file, pyinfra,
     doc = yaml.safe_load(cluster_file.read_text())
     for version, login, way in (("1.17.7", "root", "rollout"), ("1.17.8", SUDO_USER, "pyinfra")):
         doc["defaults"]["toolkit"]["version"] = version
-        doc["cluster"]["ssh"]["user"] = login
-        moved = tmp_path / f"cluster-{version}.yaml"
-        moved.write_text(yaml.safe_dump(doc, sort_keys=False))
-        monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
+        moved = write_moved(doc, tmp_path / f"cluster-{version}.yaml", login, monkeypatch)
         if way == "rollout":
-            env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
-            rolled = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", str(REPO / "inventory.py"),
-                                     "--json", "--poll", "1", "--report-dir", str(tmp_path / "reports")],
-                                    capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
-            assert rolled.returncode == 0, (rolled.stdout + rolled.stderr)[-6000:]
-            report = json.loads(rolled.stdout)
-            results = {n["name"]: (n["result"], n["reason"]) for n in report["nodes"]}
+            results = {n["name"]: (n["result"], n["reason"]) for n in rollout_json(tmp_path)["nodes"]}
             # A toolkit change disrupts nothing (its hook runs when a container starts): each node with the toolkit
             # is changed and verified in service; the node without GPUs has nothing to change.
             assert results[GPU_NODE.name] == results[CONTAINERD_NODE.name] == ("done", None), results
@@ -246,25 +256,14 @@ def test_docker_from_docker_s_repository_replaces_docker_io_then_rolls_back_held
     gpu, containerd = node_host(GPU_NODE), node_host(CONTAINERD_NODE)
     for version, login, way in (("28.5.2", "root", "pyinfra"), ("28.5.1", SUDO_USER, "rollout")):
         gpu_doc["container_runtime"] = {"docker_source": "docker", "version": version}
-        doc["cluster"]["ssh"]["user"] = login
-        moved = tmp_path / f"cluster-docker-{version}.yaml"
-        moved.write_text(yaml.safe_dump(doc, sort_keys=False))
-        monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(moved))
+        moved = write_moved(doc, tmp_path / f"cluster-docker-{version}.yaml", login, monkeypatch)
         if way == "rollout":
-            env = {**os.environ, "GPU_PROVISION_STAGES": ",".join(HOST_STACK)}
-            planned = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", "plan",
-                                      str(REPO / "inventory.py"), "--json"],
-                                     capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-            plan = {n["name"]: n for n in json.loads(planned.stdout)["nodes"]}
+            plan = {n["name"]: n for n in rollout_json(tmp_path, "plan", status=1)["nodes"]}
             # The lower version is planned as the higher one was: Docker's restart, both packages named.
             assert plan[GPU_NODE.name]["disruption"] == "runtime-restart", plan[GPU_NODE.name]
             assert {(c["kind"], c["item"], c["expected"]) for c in plan[GPU_NODE.name]["changes"]} >= {
                 ("package", name, f"5:{version}-1~debian.12~bookworm") for name in DOCKER_CE}, plan[GPU_NODE.name]
-            rolled = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "rollout", str(REPO / "inventory.py"),
-                                     "--json", "--poll", "1", "--report-dir", str(tmp_path / "reports")],
-                                    capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
-            assert rolled.returncode == 0, (rolled.stdout + rolled.stderr)[-6000:]
-            results = {n["name"]: (n["result"], n["reason"]) for n in json.loads(rolled.stdout)["nodes"]}
+            results = {n["name"]: (n["result"], n["reason"]) for n in rollout_json(tmp_path)["nodes"]}
             assert results[GPU_NODE.name] == ("done", None), results
             assert results[PLAIN_NODE.name] == results[CONTAINERD_NODE.name] == ("done", "nothing to change"), results
         else:
