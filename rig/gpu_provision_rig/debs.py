@@ -188,7 +188,8 @@ def collect(source: PackageSource, version: str,
     files: dict[str, tuple[bytes, int]] = {}
     root = source.directory / "root"
     if root.is_dir():
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        # Bytecode a test's import left beside a stand-in program is no part of the package.
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
             dest = substitute(path.relative_to(root).as_posix(), variables)
             files[dest] = (content(path.read_bytes()), 0o755 if _executable(path) else 0o644)
     for pattern, dest in build.get("copy", {}).items():

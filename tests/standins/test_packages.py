@@ -108,6 +108,16 @@ def test_docker_s_packages_have_docker_s_shape(built: list[debs.BuiltDeb], tmp_p
     assert os.access(tmp_path / "c/usr/bin/containerd", os.X_OK)
 
 
+def test_kubernetes_packages_depend_as_pkgs_k8s_io_s_do(built: list[debs.BuiltDeb]) -> None:
+    """kubernetes/release's templates for 1.30 and later: kubeadm needs only cri-tools; kubelet needs the CNI plugins
+    and the host tools kubeadm's preflight and kube-proxy use (python3 is the stand-ins' own)."""
+    assert field(find(built, "kubeadm"), "Depends") == "python3 (>= 3.9), cri-tools (>= 1.30.0)"
+    assert field(find(built, "kubelet"), "Depends") == (
+        "python3 (>= 3.9), iptables (>= 1.4.21), kubernetes-cni (>= 1.2.0), iproute2, mount, socat, util-linux, "
+        "ethtool, ebtables, conntrack")
+    assert "/lib/systemd/system/kubelet.service.d/10-kubeadm.conf" in contents(find(built, "kubeadm"))
+
+
 def test_files_from_the_debian_archive_must_exist_in_the_package(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     standins = tmp_path / "standins"
@@ -160,6 +170,9 @@ def test_changed_source_rebuilds_only_that_package(tmp_path: Path) -> None:
     first = {d.path: d.path.stat().st_mtime_ns for d in debs.build_all(out, standins)}
     hook = standins / "libnvidia-container/nvidia-container-toolkit/root/usr/bin/nvidia-container-runtime-hook"
     hook.write_text(hook.read_text() + "# changed\n")
+    cache = standins / "kubernetes/kubeadm/root/usr/bin/__pycache__"  # left by an import: not packaged
+    cache.mkdir()
+    (cache / "kubeadm.cpython-311.pyc").write_bytes(b"bytecode")
     second = {d.path: d.path.stat().st_mtime_ns for d in debs.build_all(out, standins)}
     changed = [p.name for p in second if second[p] != first[p]]
     assert sorted(changed) == ["nvidia-container-toolkit_1.17.7-1_amd64.deb", "nvidia-container-toolkit_1.17.8-1_amd64.deb"]
