@@ -239,6 +239,15 @@ def release_dir(rel: str, repo_dir: Path) -> Path:
     return repo_dir / "dists" / SUITES[rel][0] if rel in SUITES else repo_dir
 
 
+def index_dir(rel: str, repo_dir: Path) -> Path:
+    """Where the path's ``Packages`` lies: the repository itself when flat, else
+    ``dists/<suite>/<component>/binary-amd64/``."""
+    if rel not in SUITES:
+        return repo_dir
+    suite, component = SUITES[rel]
+    return repo_dir / "dists" / suite / component / "binary-amd64"
+
+
 def pool_dir(rel: str, repo_dir: Path) -> Path:
     """Where the path's .debs lie: the repository itself when flat, else ``dists/<suite>/pool/<component>/amd64/``."""
     if rel not in SUITES:
@@ -253,13 +262,10 @@ def _index(rel: str, repo_dir: Path, home: Path, fingerprint: str) -> None:
     for stale in ("Packages", "Packages.gz", "Release", "InRelease", "Release.gpg"):
         (top / stale).unlink(missing_ok=True)
     fields = {**RELEASE_FIELDS.get(rel, {}), "Suite": "stable", "Architectures": "amd64 all"}
+    _packages(repo_dir, pool_dir(rel, repo_dir).relative_to(repo_dir).as_posix(), index_dir(rel, repo_dir))
     if rel in SUITES:
         suite, component = SUITES[rel]
-        _packages(repo_dir, pool_dir(rel, repo_dir).relative_to(repo_dir).as_posix(),
-                  top / component / "binary-amd64")
         fields.update(Suite=suite, Codename=suite, Components=component, Architectures="amd64")
-    else:
-        _packages(repo_dir, ".", repo_dir)
     _release(top, fields, home, fingerprint)
 
 
@@ -303,7 +309,8 @@ def build_mirror(dest: Path) -> MirrorInfo:
                 for deb in sorted(wanted, key=lambda d: d.path.name):
                     digest.update(f"{deb.path.name} {_file_hash(deb.path)}\n".encode())
                 marker = dest / f".index-{rel.replace('/', '_')}.sha256"
-                signed = all((release_dir(rel, repo_dir) / f).exists() for f in ("Release", "InRelease", "Release.gpg"))
+                signed = (index_dir(rel, repo_dir) / "Packages").exists() and all(
+                    (release_dir(rel, repo_dir) / f).exists() for f in ("Release", "InRelease", "Release.gpg"))
                 if signed and marker.exists() and marker.read_text().strip() == digest.hexdigest():
                     continue
                 _index(rel, repo_dir, home, fingerprint)
