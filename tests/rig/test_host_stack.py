@@ -236,12 +236,13 @@ DOCKER_CE = ("docker-ce", "docker-ce-cli")
 DOCKER_MIRROR = "http://10.77.0.1:8080/docker/linux/{os}"
 
 
-def test_docker_from_docker_s_repository_replaces_docker_io_then_rolls_back_held(
+def test_docker_from_docker_s_repository_replaces_docker_io_and_rolls_both_ways_held(
         rig, cluster_file, pyinfra, monkeypatch, drift, node_host, ssh, tmp_path):  # type: ignore[no-untyped-def]
     """The GPU node moves from Debian's docker.io to Docker's own repository (the rig's stand-in, laid out as
     download.docker.com is: ``deb URL bookworm stable``, epoch-5 versions, containerd.io with the CRI plugin
-    disabled in the config.toml it ships), 28.5.2 through plain pyinfra as root; then down to 28.5.1 through
-    ``gpu-provision rollout`` as the sudo user. Each way docker-ce and docker-ce-cli are held at the file's version,
+    disabled in the config.toml it ships), 28.5.2 through plain pyinfra as root; then down to 28.5.1 and up again
+    through ``gpu-provision rollout``, and down once more through plain pyinfra, as root and as the sudo user by
+    turns. Each time docker-ce and docker-ce-cli are held at the file's version,
     docker.io is gone (Docker's packages conflict with it), nvidia stays Docker's default runtime, a container sees
     its GPU, and drift finds nothing. The containerd node moves from Debian's containerd to containerd.io 1.7.28
     (held) in the same first run, and its CRI plugin stays enabled with nvidia the default runtime."""
@@ -254,12 +255,14 @@ def test_docker_from_docker_s_repository_replaces_docker_io_then_rolls_back_held
     containerd_doc = next(n for n in doc["nodes"] if n["name"] == CONTAINERD_NODE.name)
     containerd_doc["container_runtime"] = {"kind": "containerd", "docker_source": "docker", "version": "1.7.28"}
     gpu, containerd = node_host(GPU_NODE), node_host(CONTAINERD_NODE)
-    for version, login, way in (("28.5.2", "root", "pyinfra"), ("28.5.1", SUDO_USER, "rollout")):
+    steps = (("28.5.2", "root", "pyinfra"), ("28.5.1", SUDO_USER, "rollout"), ("28.5.2", "root", "rollout"),
+             ("28.5.1", SUDO_USER, "pyinfra"))
+    for step, (version, login, way) in enumerate(steps):
         gpu_doc["container_runtime"] = {"docker_source": "docker", "version": version}
-        moved = write_moved(doc, tmp_path / f"cluster-docker-{version}.yaml", login, monkeypatch)
+        moved = write_moved(doc, tmp_path / f"cluster-docker-{step}.yaml", login, monkeypatch)
         if way == "rollout":
             plan = {n["name"]: n for n in rollout_json(tmp_path, "plan", status=1)["nodes"]}
-            # The lower version is planned as the higher one was: Docker's restart, both packages named.
+            # A lower version is planned as a higher one is: Docker's restart, both packages named.
             assert plan[GPU_NODE.name]["disruption"] == "runtime-restart", plan[GPU_NODE.name]
             assert {(c["kind"], c["item"], c["expected"]) for c in plan[GPU_NODE.name]["changes"]} >= {
                 ("package", name, f"5:{version}-1~debian.12~bookworm") for name in DOCKER_CE}, plan[GPU_NODE.name]
