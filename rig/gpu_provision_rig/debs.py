@@ -289,7 +289,7 @@ def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
         return BuiltDeb(source.repo, name, version, target)
     shared = archive / "built" / wanted / target.name if archive is not None else None
     if shared is not None and shared.is_file():
-        _link(shared, target)
+        link_or_copy(shared, target)
         marker.write_text(wanted + "\n")
         return BuiltDeb(source.repo, name, version, target)
     with tempfile.TemporaryDirectory(prefix=f"deb-{name}-", dir=repo_dir) as tmp:
@@ -308,19 +308,20 @@ def build_deb(source: PackageSource, version: str, out_dir: Path) -> BuiltDeb:
         os.replace(partial, target)
     if shared is not None:
         shared.parent.mkdir(parents=True, exist_ok=True)
-        _link(target, shared)
+        link_or_copy(target, shared)
     marker.write_text(wanted + "\n")
     return BuiltDeb(source.repo, name, version, target)
 
 
-def _link(source: Path, target: Path) -> None:
-    """``target`` becomes ``source``'s content: a hard link where the file system allows, else a copy."""
+def link_or_copy(source: Path, target: Path) -> None:
+    """``target`` becomes ``source``'s content, in one rename: a hard link where the file system allows, else a
+    copy (the built packages, the shared cache and the served mirror may lie on different file systems)."""
     partial = target.with_name(f".{target.name}.partial")
     partial.unlink(missing_ok=True)
     try:
         os.link(source, partial)
     except OSError:
-        shutil.copyfile(source, partial)
+        shutil.copy2(source, partial)
     os.replace(partial, target)
 
 

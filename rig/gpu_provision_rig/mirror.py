@@ -205,11 +205,7 @@ def _sync_debs(repo_dir: Path, wanted: list[debs.BuiltDeb]) -> None:
         target = repo_dir / deb.path.name
         if target.exists() and _file_hash(target) == _file_hash(deb.path):
             continue
-        target.unlink(missing_ok=True)
-        try:
-            os.link(deb.path, target)
-        except OSError:
-            shutil.copy2(deb.path, target)
+        debs.link_or_copy(deb.path, target)
 
 
 def _packages(repo_dir: Path, pool: str, out_dir: Path) -> None:
