@@ -14,7 +14,6 @@ then fails at the install, naming the version apt could not find.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,18 +23,15 @@ import nodehost
 import pytest
 import yaml
 from clusterdirs import controller_dirs
+from realpackages import SKIP_UNLESS_ASKED, VERSIONS
 
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS
 
-#: The real-package tier: Debian's archive through the rig's proxy and a real DKMS build, 10 to 15 minutes on two
-#: cores; run with GPU_PROVISION_REAL_PACKAGES=1 (README, "The two commands"), left out of the default run.
-REAL_PACKAGES = os.environ.get("GPU_PROVISION_REAL_PACKAGES") == "1"
-pytestmark = [pytest.mark.rig, pytest.mark.slow,
-              pytest.mark.skipif(not REAL_PACKAGES, reason="real-package tier: set GPU_PROVISION_REAL_PACKAGES=1")]
+#: The real-package tier (:mod:`realpackages`): Debian's archive through the rig's proxy and a real DKMS build, 10 to
+#: 15 minutes on two cores.
+pytestmark = [pytest.mark.rig, pytest.mark.slow, SKIP_UNLESS_ASKED]
 
 REPO = Path(__file__).resolve().parents[2]
-#: Debian's driver version per release, as its archive holds it (the expected vendor fact).
-VERSIONS = {"bookworm": "535.309.01", "trixie": "550.163.01"}
 STAGES = ("preflight", "driver")
 DEPLOY = f"from gpu_provision.stages.pipeline import gpu_node\n\ngpu_node(stages={STAGES!r})\n"
 PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "firmware-nvidia-gsp")

@@ -15,15 +15,14 @@ import os
 import subprocess
 import sys
 import tarfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
-from clusterdirs import controller_dirs
+import vmguest
+from vmguest import IN_INITRAMFS, cluster_doc, enable_root_login, reboot, vm_ssh, write_cluster
 
-from gpu_provision_rig.box import Box, ensure_box, vagrant_keys
+from gpu_provision_rig.box import Box
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS
 from gpu_provision_rig.vm import Vm, VmSpec
 
@@ -38,58 +37,12 @@ CHANGED_FILES = "sudo -n find /etc /usr /boot -newer /etc/hostname 2>/dev/null |
 NO_GPU = "0 NVIDIA GPU(s) on the PCI bus, the file expects 1 H200"
 
 
-@pytest.fixture(scope="module", params=["bookworm", "trixie"])
-def box(rig, request: pytest.FixtureRequest) -> Box:  # type: ignore[no-untyped-def]
-    """The Debian 12 box, then the Debian 13 one, from the rig's cache (built on first use): every test runs on
-    both."""
-    return ensure_box(rig.paths.cache, request.param)
+box, vm, login = vmguest.box, vmguest.vm, vmguest.login  # the fixtures, by name
 
 
-@pytest.fixture(scope="module")
-def vm(rig, rig_nodes, box: Box, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vm]:  # type: ignore[no-untyped-def]
-    """One VM from the box, booted, stopped at the end of the module."""
-    machine = Vm(VM, box, tmp_path_factory.mktemp(f"vm-{box.name}") / VM.name)
-    machine.start()
-    try:
-        machine.wait_ssh()
-        yield machine
-    finally:
-        machine.stop()
-
-
-@pytest.fixture(scope="module")
-def login(vm: Vm, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Vagrant's insecure private key (mode 0600, as ssh wants it) and the VM's host keys as known_hosts."""
-    folder = tmp_path_factory.mktemp("vm-login")
-    key = folder / "vagrant"
-    key.write_bytes((vagrant_keys() / "vagrant").read_bytes())
-    key.chmod(0o600)
-    scan = subprocess.run(["ssh-keyscan", "-T", "10", "-t", "ed25519", VM.ssh_address], capture_output=True,
-                          text=True, timeout=60)
-    assert scan.returncode == 0 and scan.stdout.strip(), scan.stderr
-    known = folder / "known_hosts"
-    known.write_text(scan.stdout)
-    return {"key": key, "known_hosts": known}
-
-
-def vm_ssh(login: dict[str, Path], command: str, user: str = "vagrant",
-           timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """``command`` on the VM over real SSH as ``user``."""
-    return subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={login['known_hosts']}",
-                           "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=10", "-i", str(login["key"]),
-                           f"{user}@{VM.ssh_address}", command], capture_output=True, text=True, timeout=timeout)
-
-
-def cluster_file(rig, folder: Path, login: dict[str, Path], user: str) -> Path:  # type: ignore[no-untyped-def]
+def cluster_file(rig, folder: Path, login: dict[str, Any], user: str) -> Path:  # type: ignore[no-untyped-def]
     """The VM as a node with one H200 (which it has not), reached as ``user``."""
-    doc = yaml.safe_load((REPO / "tests/rig/clusters/host-stack.yaml").read_text())
-    doc["cluster"]["name"] = "vm-tier"
-    doc["cluster"]["ssh"] = {"user": user, "key": str(login["key"]), "known_hosts": str(login["known_hosts"])}
-    doc["cluster"]["controller_dirs"] = [*controller_dirs(rig), str(login["key"].parent)]
-    doc["nodes"] = [{"name": VM.name, "address": VM.ssh_address, "gpus": {"model": "H200", "count": 1}}]
-    path = folder / f"cluster-{user}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return write_cluster(cluster_doc(rig, login, user, VM.name), folder, user)
 
 
 def test_the_box_follows_vagrants_conventions(box: Box, tmp_path: Path) -> None:
@@ -111,7 +64,7 @@ def test_the_box_follows_vagrants_conventions(box: Box, tmp_path: Path) -> None:
     assert f"gpu-provision/{box.name} (libvirt, 0)" in listed.stdout, listed.stdout + listed.stderr
 
 
-def test_the_vm_runs_the_boxs_own_kernel_and_loads_modules(vm: Vm, box: Box, login: dict[str, Path]) -> None:
+def test_the_vm_runs_the_boxs_own_kernel_and_loads_modules(vm: Vm, box: Box, login: dict[str, Any]) -> None:
     """Its own kernel (not the host's, as nspawn nodes have), real module loading, the vagrant login with
     passwordless sudo, host keys of its own."""
     ran = vm_ssh(login, "uname -r; sudo -n modprobe dummy && lsmod | awk '$1 == \"dummy\"' | wc -l; "
@@ -122,7 +75,7 @@ def test_the_vm_runs_the_boxs_own_kernel_and_loads_modules(vm: Vm, box: Box, log
     assert loaded == "1" and len(machine_id) == 32 and system == "running"
 
 
-def test_the_vm_reaches_the_rigs_apt_proxy_and_nothing_else(vm: Vm, login: dict[str, Path]) -> None:
+def test_the_vm_reaches_the_rigs_apt_proxy_and_nothing_else(vm: Vm, login: dict[str, Any]) -> None:
     """apt through the rig's proxy works; the network's gateway (the host, through QEMU) refuses connections."""
     ran = vm_ssh(login, f"sudo -n apt-get -q -o Acquire::http::Proxy=http://{BRIDGE_ADDRESS}:{APT_PROXY_PORT}/ "
                         "update >/dev/null && echo updated; timeout 10 bash -c 'echo > /dev/tcp/10.77.0.2/22' "
@@ -132,12 +85,11 @@ def test_the_vm_reaches_the_rigs_apt_proxy_and_nothing_else(vm: Vm, login: dict[
 
 @pytest.mark.parametrize("user", ["vagrant", "root"])
 def test_preflight_says_no_gpu_is_on_the_pci_bus_and_changes_nothing(  # type: ignore[no-untyped-def]
-        rig, vm: Vm, login: dict[str, Path], user: str, pyinfra, tmp_path: Path, monkeypatch) -> None:
+        rig, vm: Vm, login: dict[str, Any], user: str, pyinfra, tmp_path: Path, monkeypatch) -> None:
     """On a real kernel without a GPU, preflight stops the node with the PCI bus's count and the file's, and writes
     nothing; as the box's sudo user and as root (whose login the test sets up through sudo)."""
     if user == "root":
-        assert vm_ssh(login, "sudo -n install -d -m 0700 /root/.ssh && "
-                             "sudo -n cp /home/vagrant/.ssh/authorized_keys /root/.ssh/").returncode == 0
+        enable_root_login(login)
     before = vm_ssh(login, CHANGED_FILES).stdout.split()
     monkeypatch.setenv("GPU_PROVISION_CLUSTER", str(cluster_file(rig, tmp_path, login, user)))
     result = pyinfra.run(REPO / "inventory.py", pyinfra.deploy(STAGES_PREFLIGHT), timeout=900)
@@ -147,7 +99,7 @@ def test_preflight_says_no_gpu_is_on_the_pci_bus_and_changes_nothing(  # type: i
     assert after == before, sorted(set(after) ^ set(before))
 
 
-def test_verify_says_no_gpu_is_on_the_pci_bus(rig, vm: Vm, box: Box, login: dict[str, Path],  # type: ignore[no-untyped-def]
+def test_verify_says_no_gpu_is_on_the_pci_bus(rig, vm: Vm, box: Box, login: dict[str, Any],  # type: ignore[no-untyped-def]
                                               tmp_path: Path) -> None:
     """``gpu-provision verify`` on the VM (no driver deployed yet): the PCI check counts no GPU on the bus, the driver
     checks say the module is not loaded, and no check errors; the report names the VM's own kernel."""
@@ -179,13 +131,10 @@ node = node_for(host)
 request = driver.request(node, cluster_for(host))
 driver.blacklist_nouveau(node, request, family(current_state(this_host(), request).system))
 """
-#: The nouveau blacklist as the initramfs of the running kernel holds it.
-IN_INITRAMFS = ("d=$(mktemp -d) && sudo -n unmkinitramfs /boot/initrd.img-$(uname -r) $d && "
-                "sudo -n find $d -path '*/etc/modprobe.d/blacklist-nouveau.conf' -exec cat {} + ; sudo -n rm -rf $d")
 
 
 def test_the_nouveau_blacklist_reaches_the_initramfs_once(  # type: ignore[no-untyped-def]
-        rig, vm: Vm, login: dict[str, Path], pyinfra, tmp_path: Path, monkeypatch) -> None:
+        rig, vm: Vm, login: dict[str, Any], pyinfra, tmp_path: Path, monkeypatch) -> None:
     """The driver stage's nouveau step on a real Debian kernel, as the sudo user: the blacklist is written, the real
     ``update-initramfs`` puts it into the running kernel's initramfs, and a second run changes nothing (no rebuild)."""
     from gpu_provision.stages.driver import BLACKLIST_TEXT
@@ -201,21 +150,11 @@ def test_the_nouveau_blacklist_reaches_the_initramfs_once(  # type: ignore[no-un
     assert (again.returncode, again.totals()["success"]) == (0, 0), again.output[-4000:]
 
 
-def test_a_reboot_is_real_and_keeps_the_disk(vm: Vm, login: dict[str, Path]) -> None:
+def test_a_reboot_is_real_and_keeps_the_disk(vm: Vm, login: dict[str, Any]) -> None:
     """``systemctl reboot`` in the guest: a new boot (boot id) of the same kernel on the same disk."""
     first = vm_ssh(login, "cat /proc/sys/kernel/random/boot_id; echo kept | sudo -n tee /var/tmp/mark >/dev/null")
     assert first.returncode == 0, first.stderr
-    vm_ssh(login, "sudo -n systemctl reboot", timeout=60)
-    deadline = time.monotonic() + 300
-    again = first
-    while time.monotonic() < deadline:
-        time.sleep(5)
-        vm.wait_ssh()
-        # sshd answers before the boot is over, and the old sshd may still answer: the boot id tells them apart.
-        again = vm_ssh(login, "timeout 240 systemctl is-system-running --wait >/dev/null; "
-                              "cat /proc/sys/kernel/random/boot_id /var/tmp/mark", timeout=300)
-        if again.returncode == 0 and again.stdout.split()[0] != first.stdout.strip():
-            break
-    boot_id, mark = again.stdout.split()
-    assert boot_id != first.stdout.strip() and mark == "kept", again.stdout + again.stderr
+    boot_id = reboot(vm, login)
+    again = vm_ssh(login, "cat /var/tmp/mark")
+    assert boot_id != first.stdout.strip() and again.stdout.strip() == "kept", again.stdout + again.stderr
     assert vm.running()  # the guest rebooted inside the same QEMU, as a machine does
