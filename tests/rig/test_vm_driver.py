@@ -36,6 +36,8 @@ import vmguest
 from realpackages import DKMS_MODULE, SKIP_UNLESS_ASKED, VERSIONS
 from vmguest import IN_INITRAMFS, cluster_doc, enable_root_login, reboot, vm_copy, vm_ssh, write_cluster
 
+from gpu_provision.stages import distro
+from gpu_provision.state import NodeStateData
 from gpu_provision_rig.box import Box
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS, RigNode
 from gpu_provision_rig.vm import Vm, VmSpec
@@ -61,20 +63,16 @@ driver_stage()
 STAGES = ("preflight", "driver")
 PROXY = f"-o Acquire::http::Proxy=http://{BRIDGE_ADDRESS}:{APT_PROXY_PORT}/"
 APT = f"DEBIAN_FRONTEND=noninteractive apt-get -y -q {PROXY}"
-#: Debian's archive with the components its NVIDIA packages are in (what the deploy's own sources file enables).
-NONFREE = """\
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: {suite} {suite}-updates
-Components: main contrib non-free non-free-firmware
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: {suite}-security
-Components: main contrib non-free non-free-firmware
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-"""
+
+def nonfree_sources(suite: str) -> str:
+    """The deploy's own file enabling Debian's non-free components (the project's data, not a copy of it), for the
+    set-up steps that must install Debian's packages before the deploy runs."""
+    want = distro.sources_file(NodeStateData({"system": {"os_id": "debian", "codename": suite}}))
+    assert want is not None and isinstance(want.content, str)
+    return want.content
+
+
 #: The full Debian version of the archive's ``nvidia-kernel-dkms`` at an upstream version (``{upstream}``).
 FULL_VERSION = ("apt-cache madison nvidia-kernel-dkms | awk -v u={upstream}- "
                 "'index($3, u) == 1 {{ print $3; exit }}'")
@@ -103,7 +101,7 @@ def builds(session_rig, rig, rig_ssh, box: Box, kernels: tuple[str, str],  # typ
     (node,) = session_rig.nodes_for([(None, 0, suite)])
     rig.reset_node(node.name)
     upstream = VERSIONS[suite]
-    prepare = (f"printf %s {shlex.quote(NONFREE.format(suite=suite))} > /etc/apt/sources.list.d/nonfree.sources && "
+    prepare = (f"printf %s {shlex.quote(nonfree_sources(suite))} > /etc/apt/sources.list.d/nonfree.sources && "
                f"apt-get -q {PROXY} update >/dev/null && v=$({FULL_VERSION.format(upstream=upstream)}) && "
                f"[ -n \"$v\" ] && {APT} install --no-install-recommends linux-headers-{kernels[0]} "
                f"linux-headers-{kernels[1]} nvidia-kernel-dkms=$v >/tmp/build-host.log 2>&1 && echo $v "
@@ -112,7 +110,7 @@ def builds(session_rig, rig, rig_ssh, box: Box, kernels: tuple[str, str],  # typ
     assert done.returncode == 0, done.stdout + done.stderr
     version = done.stdout.split()[-1]
     folder = tmp_path_factory.mktemp("dkms-binaries")
-    out: dict[str, Any] = {"version": version, "tarballs": {}, "build_s": {}}
+    out: dict[str, Any] = {"version": version, "upstream": upstream, "tarballs": {}, "build_s": {}}
     for kernel in kernels:
         started = time.monotonic()
         built = rig_ssh(node, f"dkms install {DKMS_MODULE}/{upstream} -k {kernel} >/tmp/dkms.log 2>&1 && "
@@ -143,7 +141,7 @@ def load_binaries(login: dict[str, Any], builds: dict[str, Any], kernel: str) ->
     vm_ssh(login, "sudo -n dkms ldtarball --force /tmp/nvidia-binaries.tar.gz >/tmp/ldtarball.log 2>&1; "
                   "sudo -n rm -f /tmp/nvidia-binaries.tar.gz", timeout=600)
     status = vm_ssh(login, f"sudo -n dkms status -k {kernel}").stdout
-    assert f"{DKMS_MODULE}/{builds['version'].split('-')[0]}, {kernel}, x86_64: built" in status, status
+    assert f"{DKMS_MODULE}/{builds['upstream']}, {kernel}, x86_64: built" in status, status
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +151,7 @@ def registered(vm: Vm, login: dict[str, Any], box: Box, builds: dict[str, Any],
     kernel's binaries loaded and installed into the kernel's tree; the seconds it took."""
     suite = str(box.metadata["gpu_provision"]["suite"])  # type: ignore[index]
     started = time.monotonic()
-    install = (f"printf %s {shlex.quote(NONFREE.format(suite=suite))} | sudo -n tee "
+    install = (f"printf %s {shlex.quote(nonfree_sources(suite))} | sudo -n tee "
                "/etc/apt/sources.list.d/prebuilt.sources >/dev/null && "
                f"sudo -n apt-get -q {PROXY} update >/dev/null && sudo -n {APT} install --no-install-recommends "
                f"nvidia-kernel-dkms={builds['version']} >/tmp/prebuilt.log 2>&1; rc=$?; "
@@ -163,8 +161,7 @@ def registered(vm: Vm, login: dict[str, Any], box: Box, builds: dict[str, Any],
     assert done.returncode == 0, done.stdout + done.stderr
     assert vm_ssh(login, "ls /lib/modules/*/build 2>/dev/null").stdout == ""  # no headers: nothing was built
     load_binaries(login, builds, kernels[0])
-    upstream = builds["version"].split("-")[0]
-    done = vm_ssh(login, f"sudo -n dkms install {DKMS_MODULE}/{upstream} -k {kernels[0]}", timeout=600)
+    done = vm_ssh(login, f"sudo -n dkms install {DKMS_MODULE}/{builds['upstream']} -k {kernels[0]}", timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return {"seconds": round(time.monotonic() - started, 1)}
 
@@ -241,7 +238,7 @@ def test_debians_driver_is_deployed_for_the_running_kernel_and_its_module_runs_a
     the nouveau blacklist into the initramfs, compiles nothing, and a second run changes nothing; drift finds only
     the missing GPU. After a real reboot the kernel has the module at the pinned version and runs it until it finds
     no GPU."""
-    upstream = builds["version"].split("-")[0]
+    upstream = builds["upstream"]
     path = cluster_file(rig, tmp_path, login, "vagrant", upstream)
     deploy, converge_s = converge(pyinfra, path, login, monkeypatch)
     held = vm_ssh(login, "apt-mark showhold; dpkg-query -W -f '${Status} ${Package}\\n' "
@@ -277,7 +274,7 @@ def test_a_second_kernel_is_guarded_until_dkms_has_its_module_then_boots_with_it
     preflight) while the module is only built; the driver stage installs its headers and the module, compiling
     nothing; the guard then clears, the reboot starts the new kernel, and its module is the pinned one."""
     enable_root_login(login)
-    upstream = builds["version"].split("-")[0]
+    upstream = builds["upstream"]
     path = cluster_file(rig, tmp_path, login, "root", upstream)
     started = time.monotonic()
     done = vm_ssh(login, f"sudo -n {APT} install --no-install-recommends linux-image-{kernels[1]} "
