@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gpu_provision_rig.box import DEFAULT_SUITE, SUITES, ensure_box
-from gpu_provision_rig.config import RigNode
+from gpu_provision_rig.config import REAL_PACKAGES_ENV, RigNode
 from gpu_provision_rig.libvirt import LibvirtRig, VagrantNode, VagrantProject
 from gpu_provision_rig.lifecycle import Rig
 
@@ -113,7 +113,7 @@ def vm_steps(suite: str) -> dict[str, float]:
 
 def dkms_tier() -> list[dict[str, object]]:
     """Section 2: the real-package tier's own timings (converge, DKMS build, second run), per Debian release."""
-    env = {**os.environ, "GPU_PROVISION_REAL_PACKAGES": "1"}
+    env = {**os.environ, REAL_PACKAGES_ENV: "1"}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s",
                            str(REPO / "tests/rig/test_distro_driver.py")], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=3600)

@@ -31,6 +31,9 @@ DEFAULT_STATE_DIR = "/var/tmp/gpu-provision-rig"
 DEFAULT_CACHE_DIR = "/var/cache/gpu-provision/rig"
 STATE_DIR_ENV = "GPU_PROVISION_RIG_DIR"
 CACHE_DIR_ENV = "GPU_PROVISION_RIG_CACHE"
+#: Set to ``1``, it runs the real-package tier (Debian's real NVIDIA packages, real DKMS builds; 10 to 40 minutes):
+#: the tests' switch and the bench's, named once.
+REAL_PACKAGES_ENV = "GPU_PROVISION_REAL_PACKAGES"
 
 #: Login user of every node whose sudo needs no password (``/etc/sudoers.d``), logging in with the rig's key.
 SUDO_USER = "ops"

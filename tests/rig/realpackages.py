@@ -10,9 +10,11 @@ import os
 
 import pytest
 
-ENABLED = os.environ.get("GPU_PROVISION_REAL_PACKAGES") == "1"
+from gpu_provision_rig.config import REAL_PACKAGES_ENV
+
+ENABLED = os.environ.get(REAL_PACKAGES_ENV) == "1"
 #: Skips a test module unless the tier is asked for.
-SKIP_UNLESS_ASKED = pytest.mark.skipif(not ENABLED, reason="real-package tier: set GPU_PROVISION_REAL_PACKAGES=1")
+SKIP_UNLESS_ASKED = pytest.mark.skipif(not ENABLED, reason=f"real-package tier: set {REAL_PACKAGES_ENV}=1")
 #: Debian's driver version per release, as its archive holds it (bookworm's security update 535.309.01-0+deb12u1,
 #: trixie's 550.163.01-2, read with apt on 2026-12-02; gpu_provision/data/packages.json, source ``debian-archive``).
 #: A later update moves it: the tests then fail at the install, naming the version apt could not find.

@@ -23,7 +23,7 @@ import nodehost
 import pytest
 import yaml
 from clusterdirs import controller_dirs
-from realpackages import SKIP_UNLESS_ASKED, VERSIONS
+from realpackages import DKMS_MODULE, SKIP_UNLESS_ASKED, VERSIONS
 
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS
 
@@ -41,7 +41,7 @@ KERNEL_IMAGE = ("DEBIAN_FRONTEND=noninteractive apt-get -y -q install --no-insta
                 ">/tmp/kernel-image.log 2>&1 && linux-version list")
 # The DKMS build's own duration: its make.log starts with the build's start date (second line) and was last written
 # when the build ended.
-BUILD_SECONDS = ("f=$(find /var/lib/dkms/nvidia-current -name make.log | head -1); [ -n \"$f\" ] && "
+BUILD_SECONDS = (f"f=$(find /var/lib/dkms/{DKMS_MODULE} -name make.log | head -1); [ -n \"$f\" ] && "
                  "echo $(( $(stat -c %Y \"$f\") - $(date -d \"$(sed -n 2p \"$f\")\" +%s) ))")
 node_host = nodehost.node_host  # the fixture, by name
 
@@ -121,8 +121,8 @@ def test_debian_driver_is_built_by_dkms_held_and_stays_converged(  # type: ignor
     assert host.package(f"linux-headers-{kernel}").is_installed
     assert not host.package("nvidia-driver").is_installed  # the headless set, without recommends
     status = host.check_output("dkms status")
-    assert f"nvidia-current/{version}, {kernel}, x86_64: installed" in status, status
-    assert host.run(f"ls /lib/modules/{kernel}/updates/dkms/nvidia-current.ko*").rc == 0
+    assert f"{DKMS_MODULE}/{version}, {kernel}, x86_64: installed" in status, status
+    assert host.run(f"ls /lib/modules/{kernel}/updates/dkms/{DKMS_MODULE}.ko*").rc == 0
     sources = host.file(SOURCES).content_string
     assert "Components: contrib non-free non-free-firmware" in sources
     assert "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" in sources
