@@ -156,7 +156,8 @@ class RemoteNode:
 
     def change(self) -> str | None:
         """Stop the GPU clients, run the deploy's stages but verify on this node (rebooting before it when a
-        reboot is pending, and after it when the change needs one), start the clients again."""
+        reboot is pending and the kernel guard allows it, and after it when the change needs one or the guard
+        allows it only then), start the clients again."""
         from gpu_provision.stages.pipeline import gpu_node
 
         stopped = self._holders()
@@ -164,7 +165,7 @@ class RemoteNode:
             ran = _run(self.reached, "systemctl stop " + " ".join(stopped))
             if not ran.ok:
                 return f"cannot stop the GPU clients {', '.join(stopped)}: {ran.failure}"
-        reason = self._reboot_when_needed()
+        reason = self._reboot_when_needed(before_change=True)
         if reason is None:
             try:
                 _, ok = self.reached.apply(gpu_node, stages=list(self.stages), report_dir=None)
@@ -185,9 +186,10 @@ class RemoteNode:
         at = f" at {log.failed_operation}" if log.failed_operation else ""
         return f"the deploy failed{at}: {log.last_failure or 'see its output'}"
 
-    def _reboot_when_needed(self) -> str | None:
+    def _reboot_when_needed(self, before_change: bool = False) -> str | None:
         """Reboot the node when its driver needs it (the driver stage's own reason, read now), the file allows it
-        (``driver.reboot: allowed``) and the kernel guard does; None when done or not needed, else why not.
+        (``driver.reboot: allowed``) and the kernel guard does; None when done or not needed, else why not
+        (:func:`gpu_provision.stages.driver.reboot_step`: before the change, a guard refusal waits for it).
 
         The deploy decides its reboot from what it read before changing anything, so a driver it upgrades is
         loaded only at a later reboot: the rollout takes that reboot here, while the node is out of service.
@@ -205,15 +207,10 @@ class RemoteNode:
                 return None
             invalidate(host)
             state = node_state(host, driver.request(node, cluster))
-        why = driver.reboot_reason(node, state)
-        if why is None:
-            return None
-        if node.driver.reboot != "allowed":
-            return f"a reboot is needed ({why}) and driver.reboot is not 'allowed'"
-        refused = driver.reboot_refused(node, state)
-        if refused:
-            return f"not rebooting: {refused}"
-        return reboot(self.reached, why)
+        step = driver.reboot_step(node, state, before_change=before_change)
+        if step.reboot is None:
+            return step.refused
+        return reboot(self.reached, step.reboot)
 
     def verify(self) -> str | None:
         """The verification phase: the ``verify`` stage's report; None when the node passed."""

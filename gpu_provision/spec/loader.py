@@ -34,6 +34,7 @@ from gpu_provision.spec.model import (
     Packages,
     Permissions,
     PodDeletion,
+    Preflight,
     Repository,
     Rollout,
     Sharing,
@@ -140,7 +141,7 @@ def _layouts(ctx: Context, index: int, raw: dict[str, Any], model: catalog.GpuMo
 
 #: The settings of a resolved node that make up its :class:`Node` beside its name, address and line.
 _SHAPE = ("role", "group", "labels", "taints", "ssh", "packages", "driver", "container_runtime", "toolkit",
-          "permissions", "gpus", "mig", "vgpu", "sharing", "device_plugin", "verify")
+          "permissions", "gpus", "mig", "vgpu", "sharing", "device_plugin", "preflight", "verify")
 
 
 def _node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshSettings) -> Node:
@@ -193,6 +194,8 @@ def _build_node(ctx: Context, index: int, raw: dict[str, Any], cluster_ssh: SshS
         vgpu=vgpu_types,
         sharing=part("sharing", raw.get("sharing"), lambda r: Sharing(**(r or {}))),
         device_plugin=part("device_plugin", raw.get("device_plugin"), lambda r: DevicePlugin(**(r or {}))),
+        preflight=part("preflight", raw.get("preflight"),
+                       lambda r: Preflight(ignore=tuple((r or {}).get("ignore") or ()))),
         verify=part("verify", raw.get("verify"), lambda r: Verify(**(r or {}))),
         line=line,
     )

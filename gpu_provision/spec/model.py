@@ -340,6 +340,13 @@ class Verify:
 
 
 @dataclass(frozen=True)
+class Preflight:
+    """Preflight's checks on the node: which failures are only warnings there (``preflight.ignore``)."""
+
+    ignore: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Node:
     """A node with every setting resolved (node over group over defaults)."""
 
@@ -361,6 +368,7 @@ class Node:
     vgpu: dict[int, str] = field(default_factory=dict)
     sharing: Sharing = field(default_factory=Sharing)
     device_plugin: DevicePlugin = field(default_factory=DevicePlugin)
+    preflight: Preflight = field(default_factory=Preflight)
     verify: Verify = field(default_factory=Verify)
     #: Line of the node's entry in the cluster file, for messages.
     line: int = 0

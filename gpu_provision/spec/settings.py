@@ -270,6 +270,10 @@ _mig = _obj(
     },
 )
 
+#: Preflight checks a node's ``preflight.ignore`` may turn into warnings: the ones about the machine's size and its
+#: GPUs, never the ones about what the install needs.
+IGNORABLE_PREFLIGHT_CHECKS = ("gpus", "memory", "disk")
+
 _node_props = {
     "role": _e("Node role in Kubernetes.", ["control-plane", "worker"], default="worker"),
     "labels": {"type": "object", "description": "Kubernetes node labels.",
@@ -406,6 +410,19 @@ _node_props = {
         {"mig_strategy": _e("How MIG devices are advertised: none, single or mixed. Left out on a node with MIG on: "
                             "single when every GPU has the same layout of one profile, else mixed.",
                             ["none", "single", "mixed"], default="none")},
+    ),
+    "preflight": _obj(
+        "Preflight checks, which stop a node before any stage changes it.",
+        {
+            "ignore": {"type": "array", "uniqueItems": True, "default": [],
+                       "description": "Checks whose failure is only a warning on this node, as kubeadm's "
+                       "--ignore-preflight-errors makes them: 'gpus' (the GPUs on the PCI bus are not the ones "
+                       "the file lists: a GPU-less image-build host or test VM), 'memory' and 'disk' (below "
+                       "preflight's minimums). Checks that guard the install itself (OS, Secure Boot, kernel "
+                       "modules, pinning, Kubernetes skew) cannot be ignored, and verification still fails a "
+                       "node without its GPUs.",
+                       "items": _e("A check preflight may only warn about.", list(IGNORABLE_PREFLIGHT_CHECKS))},
+        },
     ),
     "verify": _obj(
         "Verification thresholds.",

@@ -9,6 +9,7 @@ own driver packages (``install_method: distro``) are described in :mod:`gpu_prov
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -305,6 +306,35 @@ def reboot_refused(node: Node, state: NodeStateData) -> str | None:
     if reboot_reason(node, state) is None:
         return None
     return kernel_guard.blocked_reboot(node, state, dkms=not precompiled(state))
+
+
+@dataclass(frozen=True)
+class RebootStep:
+    """What a node's driver asks of the reboot step: ``reboot`` is why to reboot now (None: no reboot now),
+    ``refused`` why the node must fail instead (None: it need not)."""
+
+    reboot: str | None = None
+    refused: str | None = None
+
+
+def reboot_step(node: Node, state: NodeStateData, *, before_change: bool = False) -> RebootStep:
+    """The reboot a rollout takes around a node's change: the driver's :func:`reboot_reason`, taken when
+    ``driver.reboot`` is ``allowed`` and the kernel guard lets it.
+
+    + before_change: for a reboot pending from before the change, which is taken first; a kernel guard refusal then
+      waits for the change, whose driver stage installs what the pending kernel lacks (its headers and its DKMS
+      module, built before any reboot), and the step after the change takes the reboot or fails with the guard's
+      reason. A node that may not reboot at all fails at once: its change could not end with the driver loaded.
+    """
+    why = reboot_reason(node, state)
+    if why is None:
+        return RebootStep()
+    if node.driver.reboot != "allowed":
+        return RebootStep(refused=f"a reboot is needed ({why}) and driver.reboot is not 'allowed'")
+    refused = reboot_refused(node, state)
+    if refused:
+        return RebootStep() if before_change else RebootStep(refused=f"not rebooting: {refused}")
+    return RebootStep(reboot=why)
 
 
 def unit_wants(node: Node, state: NodeStateData) -> list[UnitWant]:

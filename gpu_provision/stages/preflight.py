@@ -261,7 +261,14 @@ def findings(node: Node, cluster: Cluster, state: NodeStateData) -> list[Finding
                                       "reboot", fatal=False))
     if family(state.system) is None and not any(f.check == "os" for f in out):
         out.append(Finding("os", "unknown OS family"))
-    return out
+    return _ignoring(node, out)
+
+
+def _ignoring(node: Node, found: list[Finding]) -> list[Finding]:
+    """``found`` with the failures the node's ``preflight.ignore`` names turned into warnings that say so."""
+    ignored = set(node.preflight.ignore)
+    return [Finding(f.check, f"{f.message} (ignored: preflight.ignore)", fatal=False)
+            if f.fatal and f.check in ignored else f for f in found]
 
 
 def request(node: Node, cluster: Cluster) -> Request:

@@ -84,6 +84,23 @@ def test_the_guard_operation_fails_the_node_with_the_reason() -> None:
     assert op(needs_driver_reboot(ubuntu("dkms"))) == []
 
 
+def test_the_rollout_defers_a_guarded_reboot_until_after_the_change_and_fails_only_then() -> None:
+    blocked = NodeStateData(needs_driver_reboot(ubuntu()))
+    assert driver.reboot_step(REBOOTS, blocked, before_change=True) == driver.RebootStep()
+    assert driver.reboot_step(REBOOTS, blocked) == driver.RebootStep(refused=f"not rebooting: {GUARD}")
+    # The change built the pending kernel's module: the reboot is taken.
+    built = NodeStateData(needs_driver_reboot(ubuntu("dkms")))
+    for before in (True, False):
+        assert driver.reboot_step(REBOOTS, built, before_change=before) == driver.RebootStep(
+            reboot="nouveau is loaded; it is blacklisted from the next boot on")
+    # A node that may not reboot fails at once; one that needs no reboot has no step.
+    assert driver.reboot_step(H200, built, before_change=True).refused == (
+        "a reboot is needed (nouveau is loaded; it is blacklisted from the next boot on) and driver.reboot is not "
+        "'allowed'")
+    assert driver.reboot_step(REBOOTS, NodeStateData(ubuntu()), before_change=True) == driver.RebootStep()
+    assert driver.reboot_step(REBOOTS, NodeStateData(ubuntu())) == driver.RebootStep()
+
+
 def test_the_mig_applier_may_not_reboot_while_the_guard_blocks() -> None:
     blocked, clear = NodeStateData(ubuntu()), NodeStateData(ubuntu("dkms"))
     assert "--reboot-allowed" in agent_mig.flags(mig.reboot_guarded(REBOOTS, clear))

@@ -76,6 +76,22 @@ def test_gpus_must_match_the_file() -> None:
         ("gpus", False): "1 NVIDIA GPU(s) found on a node the file lists without GPUs"}
 
 
+def test_preflight_ignore_turns_the_named_failures_into_warnings_and_no_others() -> None:
+    raw = fresh("debian12", gpus=0, secure_boot="enabled")
+    raw["system"].update(disk_free_bytes=3 * 1024**3, mem_total_kib=2 * 1024 * 1024)
+    waived = replace(H200, preflight=replace(H200.preflight, ignore=("gpus", "memory", "disk")))
+    found = _findings(waived, raw)
+    assert found == {
+        ("disk", False): "3.0 GiB free on /, at least 10 GiB needed (ignored: preflight.ignore)",
+        ("memory", False): "2.0 GiB memory, at least 4 GiB needed (ignored: preflight.ignore)",
+        ("gpus", False): "0 NVIDIA GPU(s) on the PCI bus, the file expects 8 H200 (ignored: preflight.ignore)",
+        ("secure-boot", True): found[("secure-boot", True)],  # guards the install: never ignored
+    }
+    # Drift shows what would stop a deploy: the ignored checks are not among its differences.
+    assert [d.item for d in preflight.extra_differences(waived, CLUSTER, NodeStateData(raw))] == ["secure-boot"]
+    assert {c for c, fatal in _findings(H200, raw) if fatal} == {"disk", "memory", "gpus", "secure-boot"}
+
+
 def test_nouveau_is_a_warning_and_open_modules_are_required_where_the_model_needs_them() -> None:
     found = _findings(H200, fresh("debian12", gpus=8, modules=("nouveau", "drm")))
     assert found == {("nouveau", False): "nouveau is loaded; the driver stage blacklists it and the node needs a "
