@@ -43,6 +43,9 @@ def _allowed(schema: dict[str, Any]) -> str:
         return ", ".join(f"`{v if isinstance(v, str) else json.dumps(v)}`" for v in schema["enum"])
     if "const" in schema:
         return f"`{schema['const']}`"
+    items = schema.get("items")
+    if isinstance(items, dict) and "enum" in items:
+        return "each one of " + _allowed(items)
     parts = []
     if "x-allowed" in schema:
         parts.append(schema["x-allowed"])
