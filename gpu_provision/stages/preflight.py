@@ -95,9 +95,12 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
                                    f"{kernel}; refresh the package index or boot a kernel Ubuntu builds them for"))
         return out
     if system.get("secure_boot") == "enabled":
-        out.append(Finding("secure-boot", "Secure Boot is on and the driver would be built by DKMS, unsigned: "
-                                          "enroll a signing key (MOK) and use install_method: preinstalled, "
-                                          "or turn Secure Boot off"))
+        # DKMS signs what it builds with a key of its own, generated on first use (/var/lib/dkms/mok.key; dell/dkms
+        # README, "Module signing"; Debian 13's dkms 3.2.2 did so on the rig), which the firmware trusts only once
+        # enrolled as a MOK (same README, "Secure Boot").
+        out.append(Finding("secure-boot", "Secure Boot is on and the driver would be built by DKMS, whose modules "
+                                          "no key the firmware trusts has signed: enroll a signing key (MOK) and "
+                                          "use install_method: preinstalled, or turn Secure Boot off"))
     headers = system.get("headers", {})
     manager = state.package_manager
     available = set(state.section("runtime").get("headers_available", []))
