@@ -23,8 +23,8 @@ reboot step all meet the new kernel.
 
 The VM's cluster file waives preflight's checks of the GPUs and of the machine's size (``preflight.ignore``), as an
 operator does for a GPU-less test VM, so the deploy is the product's own pipeline; verification still fails on the
-missing GPU, and the rollout leaves the node failed with that reason. Each test runs on the Debian 12 box and on the Debian 13 one; part of the
-real-package tier (:mod:`realpackages`), about 25 minutes a release on two cores.
+missing GPU, and the rollout leaves the node failed with that reason. Each test runs on the Debian 12 box and on
+the Debian 13 one; part of the real-package tier (:mod:`realpackages`), about 25 minutes a release on two cores.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import vmguest
 from realpackages import DKMS_MODULE, SKIP_UNLESS_ASKED, VERSIONS
 from vmguest import IN_INITRAMFS, cluster_doc, enable_root_login, reboot, vm_copy, vm_ssh, write_cluster
 
+from gpu_provision.spec.settings import IGNORABLE_PREFLIGHT_CHECKS
 from gpu_provision.stages import distro
 from gpu_provision.state import NodeStateData
 from gpu_provision_rig.box import Box
@@ -54,15 +55,12 @@ REPO = Path(__file__).resolve().parents[2]
 #: The rig itself only for its apt proxy: one plain node brings it up (the builders are the release's own).
 RIG_NODE_SHAPES = [(None, 0)]
 VM = VmSpec("vmdriver1", "127.0.12.2")
-#: The pipeline's preflight and driver stage. The VM's cluster file waives preflight's checks of the GPUs and of the
-#: machine's size (``preflight.ignore``, :data:`WAIVED`): the VM has no GPU, 1.5 GiB of memory and an 8 GB disk.
-DEPLOY = """\
-from gpu_provision.stages.pipeline import gpu_node
-
-gpu_node(stages=("preflight", "driver"))
-"""
-WAIVED = ("gpus", "memory", "disk")
 STAGES = ("preflight", "driver")
+#: The pipeline's preflight and driver stage. The VM's cluster file waives every preflight check that may be waived
+#: (``preflight.ignore``, :data:`WAIVED`: the GPUs and the machine's size): the VM has no GPU, 1.5 GiB of memory and
+#: an 8 GB disk.
+DEPLOY = f"from gpu_provision.stages.pipeline import gpu_node\n\ngpu_node(stages={STAGES!r})\n"
+WAIVED = IGNORABLE_PREFLIGHT_CHECKS
 PROXY = f"-o Acquire::http::Proxy=http://{BRIDGE_ADDRESS}:{APT_PROXY_PORT}/"
 APT = f"DEBIAN_FRONTEND=noninteractive apt-get -y -q {PROXY}"
 
@@ -236,8 +234,8 @@ def test_debians_driver_is_deployed_for_the_running_kernel_and_its_module_runs_a
         rig, vm: Vm, login: dict[str, Any], registered, builds, kernels, pyinfra, tmp_path: Path, monkeypatch,
         record_property) -> None:
     """As the box's sudo user: the driver stage converges Debian's packages (held), the running kernel's headers and
-    the nouveau blacklist into the initramfs, compiles nothing, and a second run changes nothing; drift finds only
-    the missing GPU. After a real reboot the kernel has the module at the pinned version and runs it until it finds
+    the nouveau blacklist into the initramfs, compiles nothing, and a second run changes nothing; drift finds
+    nothing (the missing GPU is waived). After a real reboot the kernel has the module at the pinned version and runs it until it finds
     no GPU."""
     upstream = builds["upstream"]
     path = cluster_file(rig, tmp_path, login, "vagrant", upstream)
