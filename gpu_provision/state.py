@@ -51,6 +51,8 @@ class Request:
             out["runtime"] = {"apt_prefixes": pinning_prefixes()}
         if "kubernetes" in self.sections:
             out["kubernetes"] = {"kubelet_binary": package_data()["kubernetes"]["upgrade"]["kubelet_binary"]}
+        if "signing" in self.sections:
+            out["signing"] = _dkms_signing()
         return out
 
     def to_json(self) -> str:
@@ -73,6 +75,13 @@ def _nvlink5_bridge() -> dict[str, str]:
     """The vendor and VPD marker of an NVLink 5 board's management bridge (``packages.json``, with its source)."""
     fact = package_data()["nvlink5_bridge"]
     return {"vendor": fact["vendor"], "vpd_marker": fact["vpd_marker"]}
+
+
+def _dkms_signing() -> dict[str, Any]:
+    """Where DKMS keeps the certificate it signs modules with (``packages.json``, ``dkms_signing``, with its
+    source): the framework files that may name it and each distribution's default."""
+    fact = package_data()["dkms_signing"]
+    return {"framework_conf": fact["framework_conf"], "certificate": fact["certificate"]}
 
 
 @dataclass(frozen=True)

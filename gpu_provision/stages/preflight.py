@@ -1,7 +1,9 @@
 """Read-only checks before anything is installed; a node that fails them is stopped alone, with its reasons.
 
-Checks: every probe command answered in time, supported OS and architecture, disk and memory minimums, Secure Boot against the way the driver modules
-are built, kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
+Checks: every probe command answered in time, supported OS and architecture, disk and memory minimums, Secure Boot
+against the way the driver modules are built (signed precompiled modules, or DKMS's own certificate in the
+firmware's key lists: enrolled, awaiting enrollment, missing or denied, :mod:`gpu_provision.node.probe.signing`),
+kernel headers (or signed precompiled modules) for the running *and* the pending kernel, the NVIDIA PCI
 devices against the GPUs the file expects, a forced ``driver.fabric_manager`` against the NVSwitches on the bus,
 nouveau (a warning: the driver stage blacklists it), and the kernel guard
 (a warning that drift reports too: the node is deployed but not rebooted, :mod:`gpu_provision.kernel_guard`).
@@ -95,12 +97,9 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
                                    f"{kernel}; refresh the package index or boot a kernel Ubuntu builds them for"))
         return out
     if system.get("secure_boot") == "enabled":
-        # DKMS signs what it builds with a key of its own, generated on first use (/var/lib/dkms/mok.key; dell/dkms
-        # README, "Module signing"; Debian 13's dkms 3.2.2 did so on the rig), which the firmware trusts only once
-        # enrolled as a MOK (same README, "Secure Boot").
-        out.append(Finding("secure-boot", "Secure Boot is on and the driver would be built by DKMS, whose modules "
-                                          "no key the firmware trusts has signed: enroll a signing key (MOK) and "
-                                          "use install_method: preinstalled, or turn Secure Boot off"))
+        problem = _signing_problem(state.section("signing"))
+        if problem:
+            out.append(Finding("secure-boot", f"Secure Boot is on and the driver would be built by DKMS: {problem}"))
     headers = system.get("headers", {})
     manager = state.package_manager
     available = set(state.section("runtime").get("headers_available", []))
@@ -117,6 +116,34 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
                                                  f"{', '.join(wanted) or 'for them'} in the configured "
                                                  "repositories: DKMS could not build the driver for it"))
     return out
+
+
+def _signing_problem(signing: dict) -> str | None:
+    """Why the firmware would refuse the modules DKMS signs, or None when it trusts DKMS's certificate.
+
+    DKMS signs what it builds with a certificate of its own (``packages.json``, ``dkms_signing``: where it lives,
+    with the source), which the firmware trusts once it is in ``db`` or enrolled as a MOK; the probe's ``signing``
+    section reads the firmware's lists as ``mokutil --test-key`` does."""
+    cert = signing.get("certificate")
+    state = signing.get("state")
+    enroll = (f"enroll it with 'mokutil --import {cert}', reboot and confirm it in the MOK Manager at the "
+              "node's console")
+    if state in ("enrolled", "in-db"):
+        return None
+    if state == "pending":
+        return (f"its certificate {cert} awaits enrollment (MokNew): confirm it in the MOK Manager at the node's "
+                "console during the next boot, then run again")
+    if state == "not-enrolled":
+        return f"its certificate {cert} is not enrolled: {enroll}, or turn Secure Boot off"
+    if state == "missing":
+        return (f"DKMS has no signing certificate yet ({cert}): make one ('dkms generate_mok' from dkms 3.1; "
+                f"Ubuntu: 'update-secureboot-policy --new-key'), {enroll}, or turn Secure Boot off")
+    if state == "blocked":
+        return (f"its certificate {cert} is on a deny list ({signing.get('list')}): give DKMS another "
+                "certificate (mok_certificate and mok_signing_key in /etc/dkms/framework.conf) and enroll that")
+    reason = f" ({signing['reason']})" if signing.get("reason") else ""
+    return ("no certificate the firmware trusts is known to sign its modules" + reason + ": enroll DKMS's "
+            "certificate as a MOK, use install_method: preinstalled, or turn Secure Boot off")
 
 
 def _kernel_guard_findings(node: Node, state: NodeStateData) -> list[Finding]:
@@ -275,11 +302,11 @@ def _ignoring(node: Node, found: list[Finding]) -> list[Finding]:
 
 
 def request(node: Node, cluster: Cluster) -> Request:
-    """System, GPU and runtime sections (package availability, precompiled modules); with Kubernetes, the
-    installed kubelet and the API's version (for the skew check)."""
+    """System, GPU, runtime (package availability, precompiled modules) and signing (DKMS's certificate under
+    Secure Boot) sections; with Kubernetes, the installed kubelet and the API's version (for the skew check)."""
     if not cluster.kubernetes.enabled:
-        return Request(sections={"system", "gpu", "runtime"})
-    return Request(sections={"system", "gpu", "runtime", "kubernetes"}, packages={"kubelet"})
+        return Request(sections={"system", "gpu", "runtime", "signing"})
+    return Request(sections={"system", "gpu", "runtime", "signing", "kubernetes"}, packages={"kubelet"})
 
 
 def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:

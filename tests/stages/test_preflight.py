@@ -54,6 +54,43 @@ def test_secure_boot_with_dkms_fails_but_ubuntu_uses_signed_modules() -> None:
         ("precompiled-modules", True)]
 
 
+def test_secure_boot_with_dkms_passes_once_dkms_certificate_is_trusted() -> None:
+    """The probe's signing section says what the firmware's key lists hold of DKMS's certificate: enrolled (or in
+    db) passes, every other state fails with what to do about it."""
+    raw = fresh("debian12", gpus=8, secure_boot="enabled")
+    cert = "/var/lib/dkms/mok.pub"
+    for state in ("enrolled", "in-db"):
+        raw["signing"] = {"secure_boot": "enabled", "certificate": cert, "state": state}
+        assert _findings(H200, raw) == {}, state
+    expected = {
+        "not-enrolled": f"its certificate {cert} is not enrolled: enroll it with 'mokutil --import {cert}', reboot "
+                        "and confirm it in the MOK Manager at the node's console, or turn Secure Boot off",
+        "pending": f"its certificate {cert} awaits enrollment (MokNew): confirm it in the MOK Manager at the "
+                   "node's console during the next boot, then run again",
+        "missing": f"DKMS has no signing certificate yet ({cert}): make one ('dkms generate_mok' from dkms 3.1; "
+                   f"Ubuntu: 'update-secureboot-policy --new-key'), enroll it with 'mokutil --import {cert}', "
+                   "reboot and confirm it in the MOK Manager at the node's console, or turn Secure Boot off",
+        "blocked": f"its certificate {cert} is on a deny list (dbx): give DKMS another certificate "
+                   "(mok_certificate and mok_signing_key in /etc/dkms/framework.conf) and enroll that",
+    }
+    for state, message in expected.items():
+        raw["signing"] = {"secure_boot": "enabled", "certificate": cert, "state": state, "list": "dbx"}
+        assert _findings(H200, raw) == {
+            ("secure-boot", True): f"Secure Boot is on and the driver would be built by DKMS: {message}"}, state
+    raw["signing"] = {"secure_boot": "enabled", "certificate": "/k/${kernelver}.der", "state": "unknown",
+                      "reason": "the certificate's path is not a plain file name: /k/${kernelver}.der"}
+    assert _findings(H200, raw)[("secure-boot", True)] == (
+        "Secure Boot is on and the driver would be built by DKMS: no certificate the firmware trusts is known to "
+        "sign its modules (the certificate's path is not a plain file name: /k/${kernelver}.der): enroll DKMS's "
+        "certificate as a MOK, use install_method: preinstalled, or turn Secure Boot off")
+
+
+def test_preflight_asks_for_the_signing_section_with_dkms_paths_from_the_data_file() -> None:
+    sent = preflight.request(H200, CLUSTER).to_probe()["signing"]
+    assert sent["certificate"] == {"default": "/var/lib/dkms/mok.pub", "ubuntu": "/var/lib/shim-signed/mok/MOK.der"}
+    assert sent["framework_conf"] == ["/etc/dkms/framework.conf", "/etc/dkms/framework.conf.d/*.conf"]
+
+
 def test_headers_for_the_pending_kernel() -> None:
     raw = fresh("ubuntu2404", gpus=8)
     raw["system"]["headers"]["6.8.0-47-generic"] = False

@@ -13,7 +13,7 @@ import sys
 from . import _codec, _command
 
 #: Every section, by module name; requested names that are not sections are ignored.
-SECTIONS = ("accounts", "files", "gpu", "kubernetes", "mig", "packages", "runtime", "services", "system")
+SECTIONS = ("accounts", "files", "gpu", "kubernetes", "mig", "packages", "runtime", "services", "signing", "system")
 
 
 def collect(request):

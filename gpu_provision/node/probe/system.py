@@ -8,10 +8,11 @@ from ..versions import version_key
 from . import _command, _dpkg
 
 
-def _os_release():
+def os_release(path="/etc/os-release"):
+    """The fields of os-release (``ID``, ``VERSION_ID``, ...), empty when the file cannot be read."""
     out = {}
     try:
-        with open("/etc/os-release") as f:
+        with open(path) as f:
             for line in f:
                 key, _, value = line.strip().partition("=")
                 if key:
@@ -50,11 +51,13 @@ def _pending_kernel(running):
     return ordered[-1], ordered
 
 
-def _secure_boot():
+def secure_boot(efivars="/sys/firmware/efi/efivars"):
+    """``enabled`` or ``disabled`` as the firmware's SecureBoot variable says, ``unknown`` without one, ``not-efi``
+    on a machine that did not boot through UEFI."""
     try:
-        for name in os.listdir("/sys/firmware/efi/efivars"):
+        for name in os.listdir(efivars):
             if name.startswith("SecureBoot-"):
-                with open(os.path.join("/sys/firmware/efi/efivars", name), "rb") as f:
+                with open(os.path.join(efivars, name), "rb") as f:
                     data = f.read()
                 return "enabled" if data[-1:] == b"\x01" else "disabled"
         return "unknown"
@@ -139,7 +142,7 @@ def _headers(kernel):
 
 def collect(request):
     """Read the system facts; ``request`` may name extra ``sysctls`` to read."""
-    release = _os_release()
+    release = os_release()
     running = running_kernel()
     pending, installed = _pending_kernel(running)
     stat = os.statvfs("/")
@@ -167,7 +170,7 @@ def collect(request):
         "kernels_installed": installed,
         "headers": {k: _headers(k) for k in sorted({running, pending})},
         "nvidia_modules": nvidia_modules(sorted({running, pending})),
-        "secure_boot": _secure_boot(),
+        "secure_boot": secure_boot(),
         "mem_total_kib": _meminfo_kib(),
         "disk_free_bytes": stat.f_bavail * stat.f_frsize,
         "modules": _modules(),
