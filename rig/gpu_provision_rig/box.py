@@ -23,6 +23,18 @@ Boxes cannot be downloaded on the rig's machines, so the VM tier builds its own,
   ``example_box/README.md``), ``box.img`` and a ``Vagrantfile`` with the provider settings that work on machines
   without usable hardware virtualisation (QEMU's TCG, a plain CPU model, no graphics), packed as a tar.
 
+**Secure Boot boxes** (``ensure_box(..., secure_boot=True)``) boot through UEFI with Secure Boot on,
+the way Debian's installer sets a machine up: Debian's ``shim-signed`` (shim, signed by Microsoft's UEFI CA), which
+loads Debian's signed GRUB (``grub-efi-amd64-signed``), which loads Debian's signed kernel through shim's
+verification. The disk is GPT with an EFI system partition holding those three (shim as the removable-media path
+``EFI/BOOT/BOOTX64.EFI``, with shim's MOK Manager ``mmx64.efi`` beside it), a ``grub.cfg`` where the signed GRUB
+looks for it (its built-in prefix ``/EFI/debian``), the kernel and its initramfs; the root filesystem is the second
+partition. VMs of such a box start with a copy of Debian's ``ovmf`` variable store that has Microsoft's keys
+enrolled and Secure Boot on (``OVMF_VARS_4M.ms.fd``; the package's ``README.Debian``), so the guest's kernel sees
+the firmware's real variables: ``SecureBoot``, ``db``, and shim's ``MokListRT``. The box also holds ``mokutil`` and
+``openssl`` (what a Secure Boot host uses to make and enroll module signing keys). It is the VM tier's own: its
+firmware settings are QEMU's (:mod:`gpu_provision_rig.vm`), so it is not packed as a ``.box`` for ``vagrant up``.
+
 The cache key is a digest of the suite, its archive lines, the package list and :data:`CUSTOMIZE_VERSION`, so a
 change to any of them builds a new box beside the old one; a box is built under a temporary name and renamed when
 complete. The archive moves on (security updates), so a box built later from the same key may hold newer packages:
@@ -91,8 +103,32 @@ SOURCE_DATE_EPOCH = 1767225600
 VAGRANT_KEYS_GLOB = "/usr/share/rubygems-integration/all/gems/vagrant-*/keys"
 #: The boot loader's first-stage code, from Debian's ``extlinux`` package.
 MBR_CODE = "/usr/lib/EXTLINUX/mbr.bin"
-#: Host packages the box builder runs (``scripts/setup-dev.sh`` installs them with the rig's).
-BOX_HOST_PACKAGES: tuple[str, ...] = ("mmdebstrap", "e2fsprogs", "fdisk", "extlinux", "qemu-utils", "vagrant")
+#: Host packages the box builder runs (``scripts/setup-dev.sh`` installs them with the rig's): ``dosfstools``,
+#: ``mtools`` and ``ovmf`` for Secure Boot boxes (the EFI system partition; the firmware and its variable store).
+BOX_HOST_PACKAGES: tuple[str, ...] = ("mmdebstrap", "e2fsprogs", "fdisk", "extlinux", "qemu-utils", "vagrant",
+                                      "dosfstools", "mtools", "ovmf")
+#: What a Secure Boot box holds beyond a box's packages.
+SECURE_BOOT_PACKAGES: tuple[str, ...] = ("mokutil", "openssl")
+#: The signed boot chain on the EFI system partition: (Debian package, file in it, path on the partition).
+EFI_BINARIES: tuple[tuple[str, str, str], ...] = (
+    ("shim-signed", "usr/lib/shim/shimx64.efi.signed", "EFI/BOOT/BOOTX64.EFI"),
+    ("shim-helpers-amd64-signed", "usr/lib/shim/mmx64.efi.signed", "EFI/BOOT/mmx64.efi"),
+    ("grub-efi-amd64-signed", "usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed", "EFI/BOOT/grubx64.efi"),
+)
+#: The signed GRUB's built-in prefix: it reads ``grub.cfg`` from there on the partition it was loaded from.
+GRUB_PREFIX = "EFI/debian"
+#: The EFI system partition's size; the root partition follows it.
+ESP_MB = 256
+#: The firmware a Secure Boot box's VMs run (Debian's ``ovmf``, README.Debian): code read-only, the variable store
+#: copied per VM, with Microsoft's keys in KEK and db and Secure Boot on.
+OVMF_CODE = "/usr/share/OVMF/OVMF_CODE_4M.ms.fd"
+OVMF_VARS = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd"
+EFI_GRUB_CFG = """# Written by the gpu-provision box builder: the kernel and initramfs on this partition, the root file system by UUID.
+set timeout=0
+linux /vmlinuz root=UUID={root} ro console=tty0 console=ttyS0
+initrd /initrd.img
+boot
+"""
 
 EXTLINUX_CONF = """\
 # Written by the gpu-provision box builder: Debian keeps /vmlinuz and /initrd.img on the newest kernel.
@@ -150,10 +186,14 @@ def suite(codename: str) -> BoxSuite:
         raise RigError(f"no box for Debian {codename!r}: choose {', '.join(SUITES)}") from None
 
 
-def box_key(box_suite: BoxSuite, packages: tuple[str, ...] = BOX_PACKAGES) -> str:
+def box_key(box_suite: BoxSuite, packages: tuple[str, ...] = BOX_PACKAGES, secure_boot: bool = False) -> str:
     """Digest naming the box built from these inputs (package order does not matter)."""
-    text = json.dumps({"suite": box_suite.codename, "archive": box_suite.archive, "packages": sorted(set(packages)),
-                       "customize": CUSTOMIZE_VERSION, "disk_gb": DISK_GB}, sort_keys=True)
+    recipe: dict[str, object] = {"suite": box_suite.codename, "archive": box_suite.archive,
+                                 "packages": sorted(set(packages)), "customize": CUSTOMIZE_VERSION, "disk_gb": DISK_GB}
+    if secure_boot:
+        recipe.update(packages=sorted({*packages, *SECURE_BOOT_PACKAGES}), efi=EFI_BINARIES, esp_mb=ESP_MB,
+                      grub=EFI_GRUB_CFG)
+    text = json.dumps(recipe, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -183,10 +223,16 @@ class Box:
         """The kernel version the box boots (``6.1.0-57-amd64``)."""
         return str(self.metadata["gpu_provision"]["kernel"])  # type: ignore[index]
 
+    @property
+    def secure_boot(self) -> bool:
+        """Whether the box boots through UEFI with Secure Boot on (its VMs then need :data:`OVMF_CODE`)."""
+        return self.metadata["gpu_provision"].get("firmware") == "uefi-secure-boot"  # type: ignore[attr-defined]
 
-def box_path(cache_dir: Path, box_suite: BoxSuite) -> Path:
+
+def box_path(cache_dir: Path, box_suite: BoxSuite, secure_boot: bool = False) -> Path:
     """Where the box for ``box_suite`` lives (whether built or not)."""
-    return cache_dir / "boxes" / f"gpu-provision-{box_suite.name}-{box_key(box_suite)}"
+    kind = "-sb" if secure_boot else ""
+    return cache_dir / "boxes" / f"gpu-provision-{box_suite.name}{kind}-{box_key(box_suite, secure_boot=secure_boot)}"
 
 
 def vagrant_keys() -> Path:
@@ -197,26 +243,28 @@ def vagrant_keys() -> Path:
     return Path(found[-1])
 
 
-def ensure_box(cache_dir: Path, codename: str = DEFAULT_SUITE) -> Box:
-    """The cached box for Debian ``codename``, built first if it is not there (about two minutes)."""
+def ensure_box(cache_dir: Path, codename: str = DEFAULT_SUITE, secure_boot: bool = False) -> Box:
+    """The cached box for Debian ``codename`` (booting with Secure Boot when ``secure_boot``), built first if it is
+    not there (about two minutes)."""
     box_suite = suite(codename)
-    final = box_path(cache_dir, box_suite)
-    box = Box(box_suite.name, final)
-    if box.box_file.is_file() and box.image.is_file():
+    final = box_path(cache_dir, box_suite, secure_boot)
+    box = Box(box_suite.name + ("-sb" if secure_boot else ""), final)
+    if box.image.is_file() and (secure_boot or box.box_file.is_file()):
         return box
     final.parent.mkdir(parents=True, exist_ok=True)
     with open(final.parent / "box.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if box.box_file.is_file() and box.image.is_file():
+        if box.image.is_file() and (secure_boot or box.box_file.is_file()):
             return box
         building = final.with_name(final.name + ".building")
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir()
         try:
-            _build(box_suite, building)
+            _build(box_suite, building, secure_boot)
             shutil.rmtree(final, ignore_errors=True)
             building.rename(final)
-            _pack(box)
+            if not secure_boot:
+                _pack(box)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
@@ -231,24 +279,38 @@ def _run(argv: list[str], what: str, **kwargs: object) -> subprocess.CompletedPr
     return proc
 
 
-def _build(box_suite: BoxSuite, out: Path) -> None:
+def _build(box_suite: BoxSuite, out: Path, secure_boot: bool = False) -> None:
     root = out / "root"
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
+    packages = tuple(sorted({*BOX_PACKAGES, *SECURE_BOOT_PACKAGES})) if secure_boot else BOX_PACKAGES
+    key = box_key(box_suite, secure_boot=secure_boot)
     log.info("building box %s: root filesystem from Debian %s", box_suite.name, box_suite.codename)
-    _run(["mmdebstrap", "--variant=minbase", f"--include={','.join(BOX_PACKAGES)}", box_suite.codename, str(root),
-          *box_suite.archive], "mmdebstrap", env=env)
+    hooks = []
+    if secure_boot:
+        # The signed boot chain's packages are downloaded while the build's package lists are still there, then
+        # moved out of the root (mmdebstrap empties its /tmp) and unpacked by _efi_files (never installed: see there).
+        names = " ".join(sorted({package for package, _, _ in EFI_BINARIES}))
+        hooks = [f'--customize-hook=mkdir -p "$1/tmp/efi" && chroot "$1" sh -c "cd /tmp/efi && '
+                 f'apt-get download -q {names}" && mv "$1/tmp/efi" "{out / "efi-debs"}"']
+    _run(["mmdebstrap", "--variant=minbase", f"--include={','.join(packages)}", *hooks, box_suite.codename,
+          str(root), *box_suite.archive], "mmdebstrap", env=env)
     kernel = _customize(root, box_suite)
     log.info("building box %s: disk image", box_suite.name)
     raw = out / "disk.raw"
-    _disk(root, raw, box_key(box_suite))
+    if secure_boot:
+        _efi_disk(root, raw, key, out / "efi-debs")
+    else:
+        _disk(root, raw, key)
     _run(["qemu-img", "convert", "-O", "qcow2", str(raw), str(out / "box.img")], "qemu-img convert")
     raw.unlink()
     shutil.rmtree(root)
     metadata = {"provider": "libvirt", "format": "qcow2", "virtual_size": DISK_GB,
-                "gpu_provision": {"suite": box_suite.codename, "kernel": kernel, "key": box_key(box_suite),
-                                  "packages": sorted(BOX_PACKAGES)}}
+                "gpu_provision": {"suite": box_suite.codename, "kernel": kernel, "key": key,
+                                  "packages": sorted(packages),
+                                  "firmware": "uefi-secure-boot" if secure_boot else "bios"}}
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
-    (out / "Vagrantfile").write_text(BOX_VAGRANTFILE)
+    if not secure_boot:  # a Secure Boot box is the VM tier's own (its firmware settings are QEMU's, in vm.py)
+        (out / "Vagrantfile").write_text(BOX_VAGRANTFILE)
 
 
 def _chroot(root: Path, *argv: str, stdin: str | None = None) -> None:
@@ -320,6 +382,62 @@ def _disk(root: Path, raw: Path, key: str) -> None:
         code = f.read()
     with open(raw, "r+b") as f:
         f.write(code[:440])  # the boot code only: the partition table after it stays
+
+
+def _efi_files(debs: Path) -> dict[str, bytes]:
+    """The signed boot chain (:data:`EFI_BINARIES`) by path on the EFI system partition, from the packages the
+    root filesystem's own archive serves (downloaded into ``debs`` during the build, unpacked here, never
+    installed: their scripts would install a boot loader into the build machine's firmware)."""
+    work = debs / "unpacked"
+    work.mkdir()
+    for deb in sorted(debs.glob("*.deb")):
+        _run(["dpkg-deb", "-x", str(deb), str(work)], "dpkg-deb -x")
+    files = {}
+    for package, inside, target in EFI_BINARIES:
+        source = work / inside
+        if not source.is_file():
+            raise RigError(f"{package} has no {inside}")
+        files[target] = source.read_bytes()
+    shutil.rmtree(debs)
+    return files
+
+
+def _efi_disk(root: Path, raw: Path, key: str, debs: Path) -> None:
+    """A sparse raw GPT disk: the EFI system partition (FAT32: shim, MOK Manager, GRUB, its ``grub.cfg``, the
+    kernel and initramfs) and the ext4 root partition, found by UUID."""
+    size = DISK_GB * 1024 ** 3
+    esp_offset, esp_bytes = PARTITION_OFFSET, ESP_MB * 1024 ** 2
+    root_offset = esp_offset + esp_bytes
+    with open(raw, "wb") as f:
+        f.truncate(size)
+    _run(["sfdisk", "--quiet", str(raw)], "sfdisk",
+         input=f"label: gpt\nstart={esp_offset // 512}, size={esp_bytes // 512}, type=U, name=EFI\n"
+               f"start={root_offset // 512}, type=L, name=root\n")
+    fs_uuid = str(uuid.UUID(hashlib.sha256(("fs" + key).encode()).hexdigest()[:32]))
+    (root / "etc/fstab").write_text(f"UUID={fs_uuid} / ext4 errors=remount-ro 0 1\n")
+    files = _efi_files(debs)
+    files[f"{GRUB_PREFIX}/grub.cfg"] = EFI_GRUB_CFG.format(root=fs_uuid).encode()
+    for link in ("vmlinuz", "initrd.img"):  # Debian's links to the newest kernel, relative to the root
+        files[link] = (root / os.readlink(root / link).lstrip("/")).read_bytes()
+    env = {**os.environ, "E2FSPROGS_FAKE_TIME": str(SOURCE_DATE_EPOCH)}
+    part_bytes = (size - root_offset - 1024 ** 2) // 1024 ** 2 * 1024 ** 2  # the backup GPT's room at the end
+    _run(["mke2fs", "-q", "-t", "ext4", "-L", "root", "-U", fs_uuid, "-d", str(root),
+          "-E", f"offset={root_offset},hash_seed={fs_uuid}", str(raw), f"{part_bytes // 1024}k"], "mke2fs", env=env)
+    esp = raw.with_name("esp.img")
+    volume_id = hashlib.sha256(("esp" + key).encode()).hexdigest()[:8]
+    _run(["mkfs.fat", "-F", "32", "-n", "EFI", "-i", volume_id, "-C", str(esp), str(esp_bytes // 1024)], "mkfs.fat")
+    # Filled with mtools, not mounted: the build machine's kernel may have no FAT driver (the rig's has none).
+    staging = raw.with_name("esp")
+    for path, data in files.items():
+        (staging / path).parent.mkdir(parents=True, exist_ok=True)
+        (staging / path).write_bytes(data)
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    _run(["mcopy", "-s", "-m", "-i", str(esp), *sorted(str(p) for p in staging.iterdir()), "::/"], "mcopy", env=env)
+    shutil.rmtree(staging)
+    with open(esp, "rb") as source, open(raw, "r+b") as target:
+        target.seek(esp_offset)
+        shutil.copyfileobj(source, target, 1024 ** 2)
+    esp.unlink()
 
 
 def _pack(box: Box) -> None:

@@ -19,6 +19,7 @@ guest is slow. A VM is stopped with an ACPI power-off through QEMU's monitor, an
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_provision_rig.box import Box
+from gpu_provision_rig.box import OVMF_CODE, OVMF_VARS, Box
 from gpu_provision_rig.config import APT_PROXY_PORT, BRIDGE_ADDRESS, MIRROR_PORT
 from gpu_provision_rig.errors import RigError
 
@@ -62,15 +63,22 @@ class VmSpec:
             raise RigError(f"VM {self.name}: address {self.ssh_address!r} is not {LOOPBACK_PREFIX}N, 1 <= N <= 254")
 
 
-def qemu_argv(spec: VmSpec, disk: Path, run_dir: Path, accel: str = "tcg") -> list[str]:
+def qemu_argv(spec: VmSpec, disk: Path, run_dir: Path, accel: str = "tcg", uefi_vars: Path | None = None) -> list[str]:
     """The QEMU command line for ``spec`` on ``disk`` (its overlay), with its monitor, serial log and pid file
-    in ``run_dir``."""
+    in ``run_dir``; with ``uefi_vars`` (the VM's copy of the variable store) UEFI firmware with Secure Boot, which
+    needs a q35 machine with SMM and the flash's secure mode (Debian's ``ovmf``, README.Debian)."""
     relays = ",".join(f"guestfwd=tcp:{BRIDGE_ADDRESS}:{port}-cmd:socat - TCP:{BRIDGE_ADDRESS}:{port}"
                       for port in FORWARDED_PORTS)
     netdev = (f"user,id=net0,restrict=on,net={GUEST_NET},host={GUEST_GATEWAY},dhcpstart={GUEST_DHCP_START},"
               f"hostname={spec.name},hostfwd=tcp:{spec.ssh_address}:22-:22,{relays}")
     cpu = "host" if accel == "kvm" else "qemu64"
-    return ["qemu-system-x86_64", "-name", spec.name, "-accel", accel, "-cpu", cpu, "-m", str(spec.memory_mb),
+    firmware: list[str] = []
+    if uefi_vars is not None:
+        firmware = ["-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
+                    "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                    "-drive", f"if=pflash,format=raw,unit=1,file={uefi_vars}"]
+    return ["qemu-system-x86_64", "-name", spec.name, *firmware, "-accel", accel, "-cpu", cpu,
+            "-m", str(spec.memory_mb),
             "-smp", str(spec.cpus), "-nographic", "-serial", f"file:{run_dir / 'serial.log'}",
             "-monitor", f"unix:{run_dir / 'monitor.sock'},server,nowait", "-pidfile", str(run_dir / "qemu.pid"),
             "-drive", f"file={disk},if=virtio,format=qcow2", "-netdev", netdev,
@@ -100,11 +108,18 @@ class Vm:
                                    "qcow2", str(self.disk)], capture_output=True, text=True)
             if proc.returncode != 0:
                 raise RigError(f"VM {self.spec.name}: qemu-img create failed: {proc.stderr.strip()}")
+        uefi_vars = None
+        if self.box.secure_boot:
+            # The VM's own variable store (what mokutil writes lives there), fresh with a fresh disk.
+            uefi_vars = self.run_dir / "OVMF_VARS.fd"
+            if fresh or not uefi_vars.exists():
+                shutil.copyfile(OVMF_VARS, uefi_vars)
         accel = os.environ.get(ACCEL_ENV, "tcg")
         if accel not in ("tcg", "kvm"):
             raise RigError(f"{ACCEL_ENV}={accel!r}: use tcg or kvm")
+        argv = qemu_argv(self.spec, self.disk, self.run_dir, accel, uefi_vars)
         with open(self.run_dir / "qemu.log", "ab") as out:
-            self.process = subprocess.Popen(qemu_argv(self.spec, self.disk, self.run_dir, accel), stdout=out,
+            self.process = subprocess.Popen(argv, stdout=out,
                                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True)
         time.sleep(0.5)

@@ -47,6 +47,28 @@ def test_the_cpu_is_emulated_unless_kvm_is_asked_for() -> None:
     assert kvm[kvm.index("-accel") + 1] == "kvm" and kvm[kvm.index("-cpu") + 1] == "host"
 
 
+def test_secure_boot_firmware_needs_smm_and_the_vms_own_variable_store() -> None:
+    """Debian's ``ovmf`` README: the Secure Boot code image aborts without SMM; the variable store is the VM's copy
+    (where ``mokutil`` writes), the code image read-only."""
+    argv = qemu_argv(VmSpec("vm1", "127.0.12.3"), Path("/d.qcow2"), Path("/run"), uefi_vars=Path("/run/VARS.fd"))
+    assert argv[argv.index("-machine") + 1] == "q35,smm=on"
+    assert argv[argv.index("-global") + 1] == "driver=cfi.pflash01,property=secure,value=on"
+    drives = [argv[i + 1] for i, word in enumerate(argv) if word == "-drive"]
+    assert drives[:2] == [f"if=pflash,format=raw,unit=0,readonly=on,file={box.OVMF_CODE}",
+                          "if=pflash,format=raw,unit=1,file=/run/VARS.fd"]
+    assert "-machine" not in qemu_argv(VmSpec("vm1", "127.0.12.3"), Path("/d.qcow2"), Path("/run"))
+
+
+def test_secure_boot_boxes_are_a_recipe_of_their_own() -> None:
+    for codename in box.SUITES:
+        suite = box.suite(codename)
+        assert box.box_key(suite, secure_boot=True) != box.box_key(suite)
+        assert box.box_path(Path("/c"), suite, secure_boot=True).name == (
+            f"gpu-provision-{suite.name}-sb-{box.box_key(suite, secure_boot=True)}")
+    with pytest.raises(RigError, match="no box for Debian 'sid'"):
+        box.ensure_box(Path("/nonexistent"), "sid", secure_boot=True)
+
+
 @pytest.mark.parametrize("address", ["127.0.10.3", "10.77.0.5", "127.0.12.0", "127.0.12.255", "127.0.12.x"])
 def test_a_vm_address_outside_its_loopback_range_is_refused(address: str) -> None:
     with pytest.raises(RigError, match=r"is not 127\.0\.12\.N"):
