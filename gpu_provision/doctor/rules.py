@@ -141,6 +141,29 @@ def nouveau_loaded(ev: Evidence) -> list[str]:
                   if driver == "nouveau"]
 
 
+#: The kernel's refusal of a module whose signature it cannot check against a key it trusts (kernel/module/signing.c,
+#: module_sig_check: ``pr_notice("Loading of %s is rejected")`` where signatures are enforced, as Debian's kernels
+#: do under Secure Boot, seen on its 6.1 and 6.12 kernels in the rig's Secure Boot VMs; later kernels put the
+#: module's name first, ``"<module>: loading of ..."``); ``modprobe`` then prints "Key was rejected by service".
+SIGNATURE_REJECTED = re.compile(r"(?:(\S+): loading|Loading) of (unsigned module|module with unavailable key|"
+                                r"module with unsupported crypto) is rejected")
+
+
+def signature_rejected(ev: Evidence) -> list[str]:
+    """The kernel refused modules for their signature while no NVIDIA module is loaded (or refused one that names
+    itself as NVIDIA's): one line per reason, with how often."""
+    loaded = any(m.startswith("nvidia") for m in ev.modules())
+    counts: dict[tuple[str, str], int] = {}
+    for line in (ev.text("kernel/nvidia.log") or "").splitlines():
+        match = SIGNATURE_REJECTED.search(line)
+        if not match or (loaded and not (match.group(1) or "").startswith("nvidia")):
+            continue
+        key = (match.group(1) or "a module", match.group(2))
+        counts[key] = counts.get(key, 0) + 1
+    note = "" if loaded else "; no NVIDIA module is loaded"
+    return [f"the kernel rejected {module} ({reason}) x{count}{note}" for (module, reason), count in counts.items()]
+
+
 def reboot_pending(ev: Evidence) -> list[str]:
     """A newer kernel installed than the one running (saying when no NVIDIA modules were found for it), or the
     distribution's reboot-required flag."""
@@ -257,6 +280,15 @@ RULES: tuple[DoctorRule, ...] = (
          "NVIDIA driver cannot bind to them.",
          "Blacklist nouveau (the driver stage writes /etc/modprobe.d/blacklist-nouveau.conf), rebuild the "
          "initramfs and reboot.", nouveau_loaded),
+    DoctorRule("module-signature-rejected", "modprobe: ERROR: could not insert 'nvidia': Key was rejected by service",
+         ("kernel/nvidia.log", "files/proc/modules"),
+         "Secure Boot is on and the kernel enforces module signatures: it refuses a module that is unsigned or "
+         "signed by a key it does not trust. A driver built by DKMS is signed with DKMS's own certificate, which the "
+         "firmware trusts only once it is enrolled as a MOK.",
+         "Enroll DKMS's certificate (mokutil --import /var/lib/dkms/mok.pub; Ubuntu: /var/lib/shim-signed/mok/"
+         "MOK.der), reboot and confirm it in the MOK Manager at the console; or use signed precompiled modules "
+         "(Ubuntu) or turn Secure Boot off. gpu-provision drift --stage preflight names the certificate and whether "
+         "it is enrolled.", signature_rejected),
     DoctorRule("reboot-pending", "kernel installed but not running (reboot required)",
          ("probe.json", "files/var/run/reboot-required"),
          "A newer kernel (or a package asking for a reboot) is installed: the driver modules built for it are "

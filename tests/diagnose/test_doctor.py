@@ -106,6 +106,31 @@ def test_fabric_manager_not_registered(evidence):
     assert "fabric state In Progress" in findings[0].detail
 
 
+#: The kernel's lines as Debian's 6.1 and 6.12 kernels wrote them under Secure Boot in the rig's Secure Boot VMs
+#: (journalctl -k -o short-iso), and the later kernels' form that names the module.
+REJECTED_LOG = """\
+2026-12-07T08:20:11+0000 debian12 kernel: Loading of module with unavailable key is rejected
+2026-12-07T08:20:12+0000 debian12 kernel: Loading of module with unavailable key is rejected
+2026-12-07T08:20:13+0000 debian12 kernel: Loading of unsigned module is rejected
+"""
+
+
+def test_a_module_refused_for_its_signature_while_no_nvidia_module_is_loaded(evidence):
+    modules = "ext4 1007616 1 - Live 0x0\n"
+    findings = examine(evidence({"kernel/nvidia.log": REJECTED_LOG, "files/proc/modules": modules}))
+    assert [(f.rule.id, f.detail) for f in findings] == [
+        ("module-signature-rejected", "the kernel rejected a module (module with unavailable key) x2; no NVIDIA "
+                                      "module is loaded"),
+        ("module-signature-rejected", "the kernel rejected a module (unsigned module) x1; no NVIDIA module is "
+                                      "loaded")]
+    # With the driver loaded, a refusal that names no module is some other module's; one naming NVIDIA's is not.
+    loaded = modules + "nvidia 104857600 0 - Live 0x0\n"
+    assert fired(evidence({"kernel/nvidia.log": REJECTED_LOG, "files/proc/modules": loaded})) == []
+    named = "2026-12-07T08:20:14+0000 h kernel: nvidia_peermem: loading of module with unavailable key is rejected\n"
+    assert [f.detail for f in examine(evidence({"kernel/nvidia.log": named, "files/proc/modules": loaded}))] == [
+        "the kernel rejected nvidia_peermem (module with unavailable key) x1"]
+
+
 def test_nouveau_loaded(evidence):
     ev = evidence({"files/proc/modules": "nouveau 2306048 0 - Live 0x0\nmxm_wmi 12288 1 nouveau, Live 0x0\n"})
     assert fired(ev) == ["nouveau-loaded"]

@@ -20,6 +20,9 @@ test shows the node healthy again. Injections, and the stand-ins they go through
   simulator's gpus.json;
 * Xid events: records in the kernel's ``/dev/kmsg`` format read by the node's journald, so ``journalctl -k`` shows
   ``kernel: NVRM: Xid (PCI:0000:00:06): 79, ...`` lines as on a real node;
+* a module refused for its signature: the kernel's record as Debian's kernels write it under Secure Boot
+  ("Loading of module with unavailable key is rejected", seen in the rig's Secure Boot VMs,
+  ``tests/rig/test_vm_secure_boot.py``), through the same ``/dev/kmsg`` stand-in;
 * the declared state: ``/dev/nvidia0`` made 0666 where the file says 0660, group ``gpu``; no known fault names it
   (everyone may open the file), the bundle's verification report does.
 
@@ -248,6 +251,18 @@ def test_xid_events_in_the_kernel_log(ssh, diagnose):  # type: ignore[no-untyped
         assert f"x1 on {XID_PCI}; WORKFLOW_XID_48: " in found[0][1]
         assert found[1][1].startswith("Xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: ")
         assert f"x2 on {XID_PCI}; RESTART_BM: " in found[1][1]
+
+
+def test_a_module_refused_for_its_signature(ssh, diagnose):  # type: ignore[no-untyped-def]
+    """The rig's kernel has no /proc/modules, so no NVIDIA module shows as loaded: a refusal that names no module
+    is the driver's, as on a real node whose driver did not load."""
+    line = "Loading of module with unavailable key is rejected"
+    inject = f"{kmsg_records([line])} && journalctl -k -b --no-pager | grep -c '{line}' | grep -qx 1"
+    restore = (f"journalctl --rotate && sleep 2 && journalctl --vacuum-time=1s && "
+               f"! journalctl -k -b --no-pager | grep -q '{line}'")
+    with injected(ssh, inject, restore):
+        assert diagnose() == (1, [("module-signature-rejected", "the kernel rejected a module (module with "
+                                                                "unavailable key) x1; no NVIDIA module is loaded")])
 
 
 def test_gpu_device_file_opened_to_everyone(ssh, diagnose, site):  # type: ignore[no-untyped-def]

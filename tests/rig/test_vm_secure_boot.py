@@ -9,6 +9,8 @@ the kernel's lockdown; a certificate made with the exact ``openssl`` command dkm
 ``mokutil --import``, which writes ``MokNew`` through the kernel's efivarfs into the VM's variable store. Each
 state the probe reads is checked against ``mokutil --test-key`` on the same machine (lcp/mokutil, whose reading the
 probe follows), and preflight's message through ``gpu-provision drift``, as the box's sudo user and as root.
+Last, the kernel itself refuses a module signed with that certificate (the one a DKMS build would have signed the
+driver with), and ``gpu-provision diagnose`` names the fault from the kernel's own log line.
 
 Not done here: confirming an enrollment in the MOK Manager, which needs a person at the console during a boot.
 Part of the real-package tier (:mod:`realpackages`): a Secure Boot box takes about a minute to build, a boot under
@@ -18,6 +20,7 @@ emulation about half a minute.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,3 +164,49 @@ def test_preflight_names_the_certificate_and_what_to_do(rig, guest: dict[str, An
     found = [d for d in differences if d["item"] == "secure-boot"]
     assert status == 1 and len(found) == 1, differences
     assert f"its certificate {CERT} awaits enrollment (MokNew)" in json.dumps(found)
+
+
+#: A module signed with dkms's certificate, as a DKMS build signs what it builds: Debian's own ``dummy`` module with
+#: its signature taken off and a new one appended the way the kernel's ``sign-file`` appends it (a detached CMS
+#: signature without attributes or certificates, the ``module_signature`` record, the marker; the kernel's
+#: ``scripts/sign-file.c`` and ``include/linux/module_signature.h``).
+SIGN_WITH_DKMS_KEY = """\
+import lzma, struct, subprocess
+path = subprocess.run(["modinfo", "-n", "dummy"], capture_output=True, text=True, check=True).stdout.strip()
+data = open(path, "rb").read()
+data = lzma.decompress(data) if path.endswith(".xz") else data
+marker = b"~Module signature appended~\\n"
+size = struct.unpack(">I", data[-len(marker) - 4:-len(marker)])[0]
+open("/root/plain.ko", "wb").write(data[:-len(marker) - 12 - size])
+subprocess.run(["openssl", "x509", "-inform", "DER", "-in", "/var/lib/dkms/mok.pub", "-out", "/root/mok.pem"],
+               check=True)
+subprocess.run(["openssl", "cms", "-sign", "-nocerts", "-noattr", "-binary", "-md", "sha256", "-in", "/root/plain.ko",
+                "-signer", "/root/mok.pem", "-inkey", "/var/lib/dkms/mok.key", "-outform", "DER", "-out",
+                "/root/sig.der"], check=True)
+sig = open("/root/sig.der", "rb").read()
+record = struct.pack(">BBBBBxxxI", 0, 0, 2, 0, 0, len(sig))  # PKEY_ID_PKCS7
+open("/root/dkms-signed.ko", "wb").write(open("/root/plain.ko", "rb").read() + sig + record + marker)
+"""
+
+
+def test_the_kernel_refuses_a_module_signed_with_the_unenrolled_certificate_and_diagnose_names_it(
+        rig, guest: dict[str, Any], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The kernel enforces signatures under Secure Boot: ``insmod`` of a module signed with dkms's (unenrolled)
+    certificate fails with "Key was rejected by service", and ``gpu-provision diagnose`` finds the kernel's line."""
+    done = vm_ssh(guest, f"sudo -n python3 -c {shlex.quote(SIGN_WITH_DKMS_KEY)} && "
+                         "cat /sys/module/module/parameters/sig_enforce; sudo -n insmod /root/dkms-signed.ko")
+    assert done.returncode != 0 and done.stdout.split() == ["Y"], done.stdout + done.stderr
+    assert "Key was rejected by service" in done.stderr
+    log = vm_ssh(guest, "sudo -n journalctl -k -b --no-pager | grep -c 'Loading of module with unavailable key is "
+                        "rejected'")
+    assert int(log.stdout.strip() or 0) >= 1, log.stdout + log.stderr
+    doc = cluster_doc(rig, guest, "vagrant", VM.name)
+    path = write_cluster(doc, tmp_path, "vagrant")
+    out = tmp_path / "diagnose"
+    proc = subprocess.run([sys.executable, "-m", "gpu_provision.cli", "diagnose", str(REPO / "inventory.py"),
+                           "--cluster", str(path), "--out", str(out), "--no-bug-report", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    (node,) = json.loads(proc.stdout)["nodes"]
+    found = [f["detail"] for f in node["findings"] if f["rule"] == "module-signature-rejected"]
+    assert found and found[0].startswith("the kernel rejected a module (module with unavailable key) x"), node
+    assert found[0].endswith("; no NVIDIA module is loaded")

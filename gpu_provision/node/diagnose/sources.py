@@ -30,8 +30,10 @@ NVIDIA_VENDOR = "0x10de"
 PACKAGES = ("nvidia*", "libnvidia*", "cuda*", "datacenter-gpu-manager*", "containerd*", "docker*", "kube*",
             "linux-image*", "kernel*")
 
-#: Kernel log lines about NVIDIA GPUs: Xid and SXid events, the driver's own lines, nouveau.
-KERNEL_PATTERN = r"NVRM|Xid|nvidia|nouveau|NVSwitch|nvlink"
+#: Kernel log lines about NVIDIA GPUs: Xid and SXid events, the driver's own lines, nouveau, and the kernel's refusal
+#: of a module for its signature (which names no module on Debian's kernels: "Loading of unsigned module is
+#: rejected").
+KERNEL_PATTERN = r"NVRM|Xid|nvidia|nouveau|NVSwitch|nvlink|loading of .* is rejected"
 
 #: Commands: archive name, argument vector, seconds allowed.
 COMMANDS = (
