@@ -23,6 +23,9 @@ class Request:
     groups: set[str] = field(default_factory=set)
     sysctls: set[str] = field(default_factory=set)
     sections: set[str] = field(default_factory=lambda: {"system"})
+    #: The site's DKMS signing files the signing section checks, as ``key=PATH`` and ``certificate=PATH``
+    #: (``driver.signing_key``, ``driver.signing_certificate``).
+    signing: set[str] = field(default_factory=set)
 
     def merge(self, other: Request) -> Request:
         """The union of two requests."""
@@ -53,6 +56,9 @@ class Request:
             out["kubernetes"] = {"kubelet_binary": package_data()["kubernetes"]["upgrade"]["kubelet_binary"]}
         if "signing" in self.sections:
             out["signing"] = _dkms_signing()
+            site = dict(item.split("=", 1) for item in sorted(self.signing))
+            if site:
+                out["signing"]["site"] = site
         return out
 
     def to_json(self) -> str:

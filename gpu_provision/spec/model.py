@@ -207,6 +207,9 @@ class Driver:
     persistenced: bool = default("driver.persistenced")
     #: Hold the running kernel's metapackages so only the deploy moves the kernel.
     hold_kernel: bool = default("driver.hold_kernel")
+    #: The site's module signing key and certificate on the node, for DKMS (both or neither).
+    signing_key: str | None = None
+    signing_certificate: str | None = None
 
     @overload
     def spell(self, use: Literal["branch", "pin", "debian_pin", "reported"], family: str | None = None) -> str: ...

@@ -199,9 +199,15 @@ def _gpu_model(ctx: Context, index: int, node: Node) -> catalog.GpuModel | None:
 
 
 def _driver(ctx: Context, index: int, node: Node, model: catalog.GpuModel | None) -> None:
+    driver = node.driver
+    pair = {"signing_key": driver.signing_key, "signing_certificate": driver.signing_certificate}
+    for name, value in pair.items():
+        other = next(n for n in pair if n != name)
+        if value and not pair[other]:
+            ctx.add_node(index, ("driver", name), f"driver.{name} needs driver.{other} beside it (allowed: both "
+                                                  "or neither)")
     if model is None or node.driver.install_method == "preinstalled":
         return
-    driver = node.driver
     needed = model.mig.min_driver if model.mig and node.mig.enabled else model.min_driver
     what = "MIG on" if model.mig and node.mig.enabled else model.key
     if driver.version:

@@ -87,6 +87,7 @@ _URL = r"^https?://[^\x00-\x20\x7f]+$"
 _LOCAL_PATH = r"^(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-\x1f\x7f]+$"
 #: An http(s) URL or a file on the controller.
 _MANIFEST = r"^(https?://[^\x00-\x20\x7f]+|(?![a-zA-Z][a-zA-Z0-9+.-]*://)[^\x00-\x1f\x7f]+)$"
+_NODE_FILE = r"^/[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
 _SUITE = r"^[A-Za-z0-9._{}/-]+$"
 _COMPONENT = r"^[A-Za-z0-9._{}-]+$"
 _REGISTRY = r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?(/[a-z0-9._/-]+)?$"
@@ -168,6 +169,8 @@ FORMS: dict[str, str] = {
     _LOCAL_PATH: "a file path on the controller, relative to the cluster file or absolute, not a URL",
     _MANIFEST: "an http:// or https:// URL, or a file path on the controller (relative to the cluster file or "
                "absolute)",
+    _NODE_FILE: "an absolute file path on the node of letters, digits, '.', '_', '-' and '/' such as "
+                "'/etc/pki/site/signing.pem'",
     _SUITE: "an apt suite such as 'stable', '{codename}' or '/'",
     _COMPONENT: "an apt component such as 'stable' or 'main'",
     _REGISTRY: "a registry host such as 'registry.internal:5000', optionally with a path",
@@ -325,6 +328,16 @@ _node_props = {
                                               "false forces it, and preflight stops a node whose bus says "
                                               "otherwise."},
             "persistenced": _b("Enable nvidia-persistenced.", default=True),
+            "signing_key": _s("The site's module signing key on the node (placed there by the site's own secret "
+                              "handling, never by gpu-provision), with signing_certificate: DKMS signs the driver it "
+                              "builds with them instead of a key of its own (a drop-in in /etc/dkms/framework.conf.d "
+                              "sets mok_signing_key and mok_certificate), so under Secure Boot the certificate the "
+                              "site enrolled once (as a MOK or in db) covers every node and every rebuild. Preflight "
+                              "checks that both files are on the node and that the firmware trusts the certificate. "
+                              "Only where the driver is built by DKMS (install_method: package or distro, except "
+                              "Ubuntu's signed precompiled modules).", pattern=_NODE_FILE),
+            "signing_certificate": _s("The certificate of signing_key on the node (DER or PEM), set with it.",
+                                      pattern=_NODE_FILE),
             "hold_kernel": _b("Hold the running kernel's image and headers metapackages (apt-mark hold; dnf "
                               "versionlock of kernel, kernel-core and kernel-devel), installing them where missing, "
                               "so unattended upgrades cannot move the node to a kernel the driver was not built for "

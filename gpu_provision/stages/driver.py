@@ -30,6 +30,9 @@ from gpu_provision.state import NodeStateData, Request, pinning_prefixes
 
 NAME = "driver"
 BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
+#: The project's drop-in for DKMS's framework files (dkms reads /etc/dkms/framework.conf.d/*.conf after
+#: framework.conf: packages.json ``dkms_signing``): the site's signing key and certificate.
+DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/gpu-provision-signing.conf"
 BLACKLIST_TEXT = "# Managed by gpu-provision\nblacklist nouveau\noptions nouveau modeset=0\n"
 PERSISTENCED = "nvidia-persistenced.service"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"
@@ -49,7 +52,8 @@ def modules(node: Node) -> str:
 
 
 def precompiled(state: NodeStateData) -> bool:
-    """Whether the node takes Ubuntu's signed precompiled modules (Secure Boot on: DKMS builds are unsigned)."""
+    """Whether the node takes Ubuntu's signed precompiled modules (Secure Boot on: Canonical's signature loads
+    without any enrollment, where a DKMS build needs its certificate enrolled first)."""
     return family(state.system) == "ubuntu" and state.system.get("secure_boot") == "enabled"
 
 
@@ -352,6 +356,26 @@ def file_wants(node: Node) -> list[FileWant]:
     return [FileWant(BLACKLIST, content=BLACKLIST_TEXT)]
 
 
+def signing_wants(node: Node, state: NodeStateData) -> list[FileWant]:
+    """With ``driver.signing_key`` and ``driver.signing_certificate``, where DKMS builds the driver: the drop-in
+    that has DKMS sign with them (``mok_signing_key``, ``mok_certificate``: dell/dkms README, "Module signing").
+    The paths are plain file names (the settings' pattern): dkms sources the file as shell."""
+    driver = node.driver
+    if not driver.signing_key or precompiled(state):
+        return []
+    text = ("# Managed by gpu-provision: DKMS signs the modules it builds with the site's key "
+            "(driver.signing_key, driver.signing_certificate)\n"
+            f'mok_signing_key="{driver.signing_key}"\nmok_certificate="{driver.signing_certificate}"\n')
+    return [FileWant(DKMS_SIGNING_CONF, content=text)]
+
+
+def stale_signing(node: Node, state: NodeStateData) -> str | None:
+    """The drop-in left from settings the file no longer has (DKMS would go on signing with the old key)."""
+    if signing_wants(node, state) or not state.file(DKMS_SIGNING_CONF).exists:
+        return None
+    return f"{DKMS_SIGNING_CONF} is there but the file sets no driver.signing_key"
+
+
 def module_file_wants(node: Node, state: NodeStateData) -> list[FileWant]:
     """On an NVLink 5 board with NVLSM: the ``modules-load.d`` file loading ib_umad at boot."""
     modules = fabric.kernel_modules(fabric.decide(node, state))
@@ -376,8 +400,8 @@ def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:
     """Everything the driver stage converges on ``node`` (nothing for a preinstalled driver or a node without GPUs)."""
     if not managed(node):
         return []
-    return [*repository_wants(node, cluster, state), *pinning_wants(node, state), *package_wants(node, state),
-            *file_wants(node), *module_file_wants(node, state), *unit_wants(node, state)]
+    return [*repository_wants(node, cluster, state), *pinning_wants(node, state), *signing_wants(node, state),
+            *package_wants(node, state), *file_wants(node), *module_file_wants(node, state), *unit_wants(node, state)]
 
 
 def _all_package_names(node: Node) -> set[str]:
@@ -403,7 +427,8 @@ def request(node: Node, cluster: Cluster) -> Request:
     req.files |= {BLACKLIST, commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST, fabric.modules_file(),
                   *(f"/sys/module/{m}" for m in package_data()["nvlink5_bridge"]["modules"])} | repos.repository_request(
         "cuda").files | distro_files()
-    req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST}
+    req.files.add(DKMS_SIGNING_CONF)
+    req.contents |= {commands.REBOOT_MARKER, MODULE_FILE, VERSIONLOCK_LIST, DKMS_SIGNING_CONF}
     req.packages.add(package_data()["driver"]["rhel"]["prerequisites"]["package"])
     req.units |= {PERSISTENCED, FABRIC_MANAGER}
     return req
@@ -501,6 +526,8 @@ def extra_differences(node: Node, cluster: Cluster, state: NodeStateData) -> lis
     stale = [Difference("package", name, "not installed (another driver's pinning package)",
                         f"installed {state.package(name).version or ''}".strip(), NAME)
              for name in stale_pinning(node, state)]
+    if stale_signing(node, state):
+        stale.append(Difference("file", DKMS_SIGNING_CONF, "absent (no driver.signing_key)", "present", NAME))
     reason = reboot_reason(node, state)
     return unloaded + stale + (
         [Difference("reboot", "driver", "running the installed driver", reason, NAME)] if reason else [])
@@ -544,6 +571,10 @@ def driver_stage() -> None:
         repos.apt_repository(name="CUDA repository", repo_id="cuda", repo=cluster.mirrors.cuda,
                              pins=repository_pins(node, state), proxy=cluster.mirrors.package_proxy)
     blacklist_nouveau(node, req, fam)
+    # Before the packages: DKMS builds (and signs) in their install scripts.
+    files.wants(name="DKMS signs with the site's key", wants=signing_wants(node, state), request=req)
+    commands.guarded(name="DKMS signs with its own key again", command=f"rm -f {DKMS_SIGNING_CONF}",
+                     needed=lambda s: stale_signing(node, s), request=req, noop="no stale DKMS signing drop-in")
     commands.guarded(name="Driver prerequisites, module stream and pinning",
                      command=lambda s: " && ".join(preparation_commands(node, s)),
                      needed=lambda s: "; ".join(preparation_commands(node, s)) or None, request=req,

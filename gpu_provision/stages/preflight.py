@@ -96,8 +96,16 @@ def _module_findings(node: Node, state: NodeStateData) -> list[Finding]:
                                    f"Secure Boot is on and no signed {stem}-{kernel} is available for kernel "
                                    f"{kernel}; refresh the package index or boot a kernel Ubuntu builds them for"))
         return out
-    if system.get("secure_boot") == "enabled":
-        problem = _signing_problem(state.section("signing"))
+    signing = state.section("signing")
+    if signing.get("site_missing"):
+        # dkms makes a new key pair wherever either file is missing (dell/dkms README, "Module signing"), over the
+        # site's paths: the driver would be signed with a key nobody enrolled.
+        out.append(Finding("module-signing", f"{', '.join(signing['site_missing'])} (driver.signing_key, "
+                                             "driver.signing_certificate) not on the node: put the site's signing "
+                                             "key and certificate there first; dkms would make a new key pair in "
+                                             "their place"))
+    elif system.get("secure_boot") == "enabled":
+        problem = _signing_problem(signing)
         if problem:
             out.append(Finding("secure-boot", f"Secure Boot is on and the driver would be built by DKMS: {problem}"))
     headers = system.get("headers", {})
@@ -303,10 +311,12 @@ def _ignoring(node: Node, found: list[Finding]) -> list[Finding]:
 
 def request(node: Node, cluster: Cluster) -> Request:
     """System, GPU, runtime (package availability, precompiled modules) and signing (DKMS's certificate under
-    Secure Boot) sections; with Kubernetes, the installed kubelet and the API's version (for the skew check)."""
+    Secure Boot, the site's own with ``driver.signing_key``) sections; with Kubernetes, the installed kubelet and the API's version (for the skew check)."""
+    driver = node.driver
+    site = {f"key={driver.signing_key}", f"certificate={driver.signing_certificate}"} if driver.signing_key else set()
     if not cluster.kubernetes.enabled:
-        return Request(sections={"system", "gpu", "runtime", "signing"})
-    return Request(sections={"system", "gpu", "runtime", "signing", "kubernetes"}, packages={"kubelet"})
+        return Request(sections={"system", "gpu", "runtime", "signing"}, signing=site)
+    return Request(sections={"system", "gpu", "runtime", "signing", "kubernetes"}, packages={"kubelet"}, signing=site)
 
 
 def wants(node: Node, cluster: Cluster, state: NodeStateData) -> list[Want]:

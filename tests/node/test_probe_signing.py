@@ -169,3 +169,19 @@ def test_a_path_made_from_shell_variables_is_not_guessed(tmp_path: Path) -> None
     answer = read(root)
     assert answer["state"] == "unknown"
     assert answer["reason"] == "the certificate's path is not a plain file name: /etc/keys/${kernelver}.der"
+
+
+def test_the_sites_own_certificate_is_read_and_both_files_are_looked_for(tmp_path: Path) -> None:
+    """With the site's files in the request, their presence is said whatever Secure Boot's state (dkms would make a
+    new pair in place of a missing one), and under Secure Boot the site's certificate is the one checked."""
+    site = {"key": "/etc/pki/site/signing.key", "certificate": "/etc/pki/site/signing.der"}
+    request = {**FACTS, "site": site}
+    off = node(tmp_path / "off", secure_boot=b"\x00", cert=DKMS, cert_path="etc/pki/site/signing.der")
+    assert signing.collect(request, root=str(off)) == {"secure_boot": "disabled",
+                                                       "site_missing": ["/etc/pki/site/signing.key"]}
+    on = node(tmp_path / "on", cert=OTHER, cert_path="etc/pki/site/signing.der")
+    (on / "etc/pki/site/signing.key").write_text("key\n")
+    efivar(on, "db", SECURITY_DB, signature_list(X509, OTHER))
+    assert signing.collect(request, root=str(on)) == {
+        "secure_boot": "enabled", "site_missing": [], "certificate": "/etc/pki/site/signing.der", "state": "in-db",
+        "list": "db"}

@@ -134,10 +134,10 @@ def test_the_probe_reads_the_firmware_as_mokutil_does(guest: dict[str, Any]) -> 
         assert vm_ssh(guest, f"sudo -n mv {CERT}.kept {CERT}").returncode == 0
 
 
-def drift(path: Path) -> tuple[int, list[dict[str, Any]]]:
-    """``gpu-provision drift --json --stage preflight``: exit status and the node's differences."""
+def drift(path: Path, stages: tuple[str, ...] = ("preflight",)) -> tuple[int, list[dict[str, Any]]]:
+    """``gpu-provision drift --json`` of ``stages``: exit status and the node's differences."""
     argv = [sys.executable, "-m", "gpu_provision.cli", "drift", "--cluster", str(path), "--json",
-            "--stage", "preflight", str(REPO / "inventory.py")]
+            *(arg for stage in stages for arg in ("--stage", stage)), str(REPO / "inventory.py")]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.stdout, proc.stderr[-3000:]
     (node,) = json.loads(proc.stdout)["nodes"]
@@ -164,6 +164,38 @@ def test_preflight_names_the_certificate_and_what_to_do(rig, guest: dict[str, An
     found = [d for d in differences if d["item"] == "secure-boot"]
     assert status == 1 and len(found) == 1, differences
     assert f"its certificate {CERT} awaits enrollment (MokNew)" in json.dumps(found)
+
+
+#: The site's own signing key and certificate (``driver.signing_key``, ``driver.signing_certificate``), made on the
+#: node as a site's secret handling would put them there.
+SITE_KEY, SITE_CERT = "/etc/pki/site/signing.key", "/etc/pki/site/signing.der"
+
+
+def test_the_sites_signing_key_is_the_one_preflight_checks(rig, guest: dict[str, Any],  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path) -> None:
+    """With ``driver.signing_key`` and ``driver.signing_certificate``: drift of preflight and the driver stage names
+    the drop-in that has DKMS sign with them, and the site's certificate (not dkms's own) as not enrolled; without
+    the key on the node, preflight says dkms would make a new pair in its place."""
+    done = vm_ssh(guest, "sudo -n mkdir -p /etc/pki/site && sudo -n openssl req -new -x509 -nodes -days 3650 "
+                         f"-subj '/CN=Site module signing' -newkey rsa:2048 -keyout {SITE_KEY} -outform DER "
+                         f"-out {SITE_CERT} 2>/dev/null")
+    assert done.returncode == 0, done.stderr
+    doc = cluster_doc(rig, guest, "vagrant", VM.name)
+    doc["nodes"][0]["driver"] = {"signing_key": SITE_KEY, "signing_certificate": SITE_CERT}
+    path = write_cluster(doc, tmp_path, "vagrant")
+    status, differences = drift(path, ("preflight", "driver"))
+    found = {(d["kind"], d["item"]): d["actual"] for d in differences}
+    assert status == 1 and found[("file", "/etc/dkms/framework.conf.d/gpu-provision-signing.conf")] == "absent"
+    assert f"its certificate {SITE_CERT} is not enrolled" in found[("preflight", "secure-boot")]
+    assert mokutil_test_key(guest, SITE_CERT) == f"{SITE_CERT} is not enrolled"
+    assert vm_ssh(guest, f"sudo -n mv {SITE_KEY} {SITE_KEY}.kept").returncode == 0
+    try:
+        status, differences = drift(path, ("preflight",))
+    finally:
+        assert vm_ssh(guest, f"sudo -n mv {SITE_KEY}.kept {SITE_KEY}").returncode == 0
+    found = {(d["kind"], d["item"]): d["actual"] for d in differences}
+    assert status == 1 and found[("preflight", "module-signing")].startswith(f"{SITE_KEY} (driver.signing_key")
+    assert ("preflight", "secure-boot") not in found
 
 
 #: A module signed with dkms's certificate, as a DKMS build signs what it builds: Debian's own ``dummy`` module with

@@ -119,12 +119,22 @@ def certificate_path(root, facts, os_id):
 def collect(request, root="/"):
     """Secure Boot's state and, when it is on, DKMS's certificate and what the key lists say of it: ``enrolled``,
     ``in-db``, ``pending``, ``blocked``, ``not-enrolled``, ``missing`` (no certificate yet: DKMS makes one at its
-    first build) or ``unknown`` (with the reason). ``root`` lets a fake tree stand in for the node's."""
+    first build) or ``unknown`` (with the reason). With the site's own key and certificate in the request
+    (``site``), that certificate is the one read, and whether both files are there is said whatever Secure Boot's
+    state (``site_missing``): dkms makes a new pair in place of either one missing. ``root`` lets a fake tree stand
+    in for the node's."""
+    request = request or {}
+    site = request.get("site") or {}
     state = secure_boot(os.path.join(root, "sys/firmware/efi/efivars"))
+    out = {"secure_boot": state}
+    if site:
+        out["site_missing"] = sorted(path for path in site.values()
+                                     if not os.path.isfile(os.path.join(root, path.lstrip("/"))))
     if state != "enabled":
-        return {"secure_boot": state}
-    path = certificate_path(root, request or {}, os_release(os.path.join(root, "etc/os-release")).get("ID", ""))
-    out = {"secure_boot": state, "certificate": path}
+        return out
+    os_id = os_release(os.path.join(root, "etc/os-release")).get("ID", "")
+    path = site.get("certificate") or certificate_path(root, request, os_id)
+    out["certificate"] = path
     if not path or "$" in path or path.startswith("pkcs11:"):
         out.update(state="unknown", reason="the certificate's path is not a plain file name: %s" % path)
         return out
