@@ -8,6 +8,7 @@ own driver packages (``install_method: distro``) are described in :mod:`gpu_prov
 
 from __future__ import annotations
 
+import posixpath
 import shlex
 from dataclasses import dataclass
 
@@ -30,9 +31,10 @@ from gpu_provision.state import NodeStateData, Request, pinning_prefixes
 
 NAME = "driver"
 BLACKLIST = "/etc/modprobe.d/blacklist-nouveau.conf"
-#: The project's drop-in for DKMS's framework files (dkms reads /etc/dkms/framework.conf.d/*.conf after
-#: framework.conf: packages.json ``dkms_signing``): the site's signing key and certificate.
-DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/gpu-provision-signing.conf"
+#: The project's drop-in for DKMS's framework files, in the folder dkms reads after framework.conf (packages.json
+#: ``dkms_signing``, ``framework_conf``): the site's signing key and certificate.
+DKMS_SIGNING_CONF = posixpath.join(posixpath.dirname(package_data()["dkms_signing"]["framework_conf"][-1]),
+                                   "gpu-provision-signing.conf")
 BLACKLIST_TEXT = "# Managed by gpu-provision\nblacklist nouveau\noptions nouveau modeset=0\n"
 PERSISTENCED = "nvidia-persistenced.service"
 FABRIC_MANAGER = "nvidia-fabricmanager.service"

@@ -311,7 +311,8 @@ def _ignoring(node: Node, found: list[Finding]) -> list[Finding]:
 
 def request(node: Node, cluster: Cluster) -> Request:
     """System, GPU, runtime (package availability, precompiled modules) and signing (DKMS's certificate under
-    Secure Boot, the site's own with ``driver.signing_key``) sections; with Kubernetes, the installed kubelet and the API's version (for the skew check)."""
+    Secure Boot, the site's own with ``driver.signing_key``) sections; with Kubernetes, the installed kubelet and
+    the API's version (for the skew check)."""
     driver = node.driver
     site = {f"key={driver.signing_key}", f"certificate={driver.signing_certificate}"} if driver.signing_key else set()
     if not cluster.kubernetes.enabled:
